@@ -1,0 +1,47 @@
+"""`nkibot` command line: convert | verify | serve | dispatch | replay | runner | doctor | sim.
+
+Each command lives beside the code it drives; this module only joins them. Keep
+heavy imports (torch, the simulator, FastAPI) inside the command functions so that
+`nkibot --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="nkibot",
+    help="Turn PyTorch modules and Triton kernels into verified AWS Trainium NKI kernels.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+
+@app.callback()
+def _root() -> None:
+    """Turn PyTorch modules and Triton kernels into verified AWS Trainium NKI kernels."""
+
+
+# --- registrations: one line per command, owned by the module it names -------------
+# from nkibot.runner.convert_cli import convert            # noqa: E402
+# app.command("convert")(convert)
+# from nkibot.runner.verify_cli import verify              # noqa: E402
+# app.command("verify")(verify)
+# from nkibot.bot.cli import dispatch, replay, serve       # noqa: E402
+# app.command("serve")(serve); app.command("dispatch")(dispatch); app.command("replay")(replay)
+# from nkibot.runner.worker_cli import runner              # noqa: E402
+# app.command("runner")(runner)
+# from nkibot.doctor import doctor                         # noqa: E402
+# app.command("doctor")(doctor)
+# from nkibot.runner.sim.cli import app as sim_app         # noqa: E402
+# app.add_typer(sim_app, name="sim")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

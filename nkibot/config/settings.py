@@ -1,0 +1,102 @@
+"""Process settings, read once from `NKIBOT_*` environment variables or an env file.
+
+Nothing else in nkibot reads `os.environ`: build a `Settings` at the edge (the CLI,
+the service factory) and pass it down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+Permission = Literal["read", "triage", "write", "maintain", "admin"]
+
+#: GitHub's collaborator permission levels, weakest first.
+PERMISSION_ORDER: tuple[Permission, ...] = ("read", "triage", "write", "maintain", "admin")
+
+
+class Settings(BaseSettings):
+    """Everything the service, dispatcher and runner need, validated at start-up."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="NKIBOT_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+    )
+
+    # GitHub App
+    app_id: int | None = None
+    private_key: SecretStr | None = None
+    private_key_path: Path | None = None
+    webhook_secret: SecretStr | None = None
+    github_url: str = "https://api.github.com"
+    bot_login: str = "nkibot[bot]"
+
+    # Policy
+    allowed_owners: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    trigger_label: str = "nki-candidate"
+    min_permission: Permission = "write"
+
+    # Queues
+    queue_url: str = "sqlite:///./nkibot-queue.db"
+    jobs_queue_url: str | None = None
+    max_attempts: int = Field(default=3, ge=1)
+    lease_seconds: float = Field(default=300.0, gt=0)
+
+    # Runner
+    max_jobs_per_installation: int = Field(default=2, ge=1)
+    max_repo_mb: int = Field(default=200, ge=1)
+    job_timeout_s: float = Field(default=3600.0, gt=0)
+    workers: int | None = None
+    check_run_update_interval_s: float = Field(default=10.0, ge=0)
+
+    # Agent loop
+    max_tokens_per_job: int = Field(default=500_000, ge=1)
+    max_wall_s_per_job: float = Field(default=1800.0, gt=0)
+    compile_timeout_s: float = Field(default=120.0, gt=0)
+    default_turns: int = Field(default=10, ge=1)
+    model: Literal["auto", "lowering", "claude", "bedrock"] = "auto"
+    backend: Literal["auto", "sim", "neuron"] = "auto"
+
+    # Models (the SDKs' own variables are also honoured by the SDKs themselves)
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str | None = None
+    anthropic_model: str = "claude-opus-4-5"
+    anthropic_timeout_s: float = Field(default=300.0, gt=0)
+    anthropic_max_retries: int = Field(default=4, ge=0)
+    bedrock_model_id: str = "anthropic.claude-opus-4-5-20251101-v1:0"
+    aws_region: str | None = None
+
+    # Service
+    log_level: str = "info"
+    log_json: bool = True
+    max_body_bytes: int = Field(default=25 * 1024 * 1024, ge=1)
+
+    @field_validator("allowed_owners", mode="before")
+    @classmethod
+    def _split_owners(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip().lower() for part in value.split(",") if part.strip()]
+        return value
+
+    def private_key_pem(self) -> str | None:
+        """The App's PEM private key, from the value or the file, whichever is set."""
+        if self.private_key is not None:
+            return self.private_key.get_secret_value().replace("\\n", "\n")
+        if self.private_key_path is not None:
+            return self.private_key_path.read_text(encoding="utf-8")
+        return None
+
+    def permits_owner(self, owner: str) -> bool:
+        return not self.allowed_owners or owner.lower() in self.allowed_owners
+
+
+def permission_at_least(have: str | None, need: Permission) -> bool:
+    """True when GitHub permission `have` is `need` or stronger; unknown counts as none."""
+    if have not in PERMISSION_ORDER:
+        return False
+    return PERMISSION_ORDER.index(have) >= PERMISSION_ORDER.index(need)  # type: ignore[arg-type]

@@ -1,0 +1,41 @@
+"""The Queue interface, and the URL-selected factory.
+
+At-least-once delivery with leases: an item leased and not acked before its
+visibility timeout returns to the queue; after `max_attempts` leases it moves to
+the dead-letter store instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Lease:
+    item_id: str
+    body: bytes
+    attempt: int
+    #: Backend-specific handle (SQLite lease token, SQS receipt handle).
+    token: str
+
+
+@runtime_checkable
+class Queue(Protocol):
+    def put(self, body: bytes, dedupe_key: str) -> bool:
+        """Store `body` once per `dedupe_key`; False when it was already there."""
+        ...
+
+    def lease(self, timeout: float) -> Lease | None:
+        """Take the next visible item for `timeout` seconds, or None if empty."""
+        ...
+
+    def ack(self, lease: Lease) -> None: ...
+
+    def nack(self, lease: Lease, delay: float = 0.0) -> None: ...
+
+    def extend(self, lease: Lease, timeout: float) -> None: ...
+
+    def depth(self) -> int:
+        """Visible plus leased items (for metrics and readiness)."""
+        ...

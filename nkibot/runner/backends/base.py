@@ -1,0 +1,26 @@
+"""The KernelBackend interface: compile, verify and profile one candidate kernel."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from nkibot.runner.results import CompileResult, ProfileResult, VerifyResult
+from nkibot.runner.task import Task
+
+
+class ReferenceOutputs(Protocol):
+    """Reference outputs per trial, produced once per task by the sandboxed harness."""
+
+
+@runtime_checkable
+class KernelBackend(Protocol):
+    #: "sim" or "neuron".
+    name: str
+    #: True when figures come from a Trn1 device.
+    is_hardware: bool
+
+    def compile(self, src: str, task: Task) -> CompileResult: ...
+
+    def verify(self, src: str, task: Task, reference: object) -> VerifyResult: ...
+
+    def profile(self, src: str, task: Task) -> ProfileResult: ...

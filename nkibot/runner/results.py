@@ -1,0 +1,182 @@
+"""Result records shared by the backends, the agent loop, the renderers and the CLI.
+
+Every figure carries where it was measured: `hardware=True` means a Trn1 NeuronCore;
+otherwise it came from a simulator (`simulator` names which one) and is not a latency.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from nkibot.runner.task import CALLING_CONVENTION
+
+Status = Literal["verified", "compiled", "failed", "declined", "cancelled"]
+
+
+class Diagnostic(BaseModel):
+    """One compiler/simulator message, located in the kernel source."""
+
+    rule: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+    severity: Literal["error", "warning", "notice"] = "error"
+    fix: str | None = None
+
+
+class CompileResult(BaseModel):
+    ok: bool
+    log: str = ""
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    seconds: float = 0.0
+    backend: str = "sim"
+    #: "nkibot-sim", "nki.simulate" (official), or "neuronx-cc <version>".
+    compiler: str = ""
+
+
+class WorstElement(BaseModel):
+    index: list[int]
+    expected: float
+    actual: float
+    abs_error: float
+
+
+class TrialStats(BaseModel):
+    """Error statistics of one output of one trial."""
+
+    trial: int
+    seed: int | None
+    label: str = ""  # e.g. "normal", "large magnitude", "reference fp32"
+    output: int = 0
+    passed: bool
+    shape_ok: bool = True
+    dtype_ok: bool = True
+    expected_shape: list[int] = Field(default_factory=list)
+    actual_shape: list[int] = Field(default_factory=list)
+    expected_dtype: str = ""
+    actual_dtype: str = ""
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    mean_abs_error: float = 0.0
+    mismatched: int = 0
+    total: int = 0
+    nan_count: int = 0
+    inf_count: int = 0
+    atol: float = 0.0
+    rtol: float = 0.0
+    worst: list[WorstElement] = Field(default_factory=list)
+
+
+class VerifyResult(BaseModel):
+    passed: bool
+    trials: list[TrialStats] = Field(default_factory=list)
+    #: Named guard failures, e.g. "static:imports-torch", "guard:inputs-modified".
+    reasons: list[str] = Field(default_factory=list)
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    log: str = ""
+    seconds: float = 0.0
+    isolation: list[str] = Field(default_factory=list)  # e.g. ["env", "rlimits", "netns"]
+
+
+class Latency(BaseModel):
+    p50_us: float
+    p99_us: float
+    mean_us: float
+    min_us: float
+    max_us: float
+    iterations: int
+
+
+class ProfileResult(BaseModel):
+    hardware: bool
+    #: Where figures come from: "Trn1 hardware" or "simulator: not a latency measurement".
+    measured_on: str
+    kernel: Latency | None = None
+    torch_device: Latency | None = None  # PyTorch via torch-neuronx on the same device
+    torch_cpu: Latency | None = None
+    speedup_vs_device: float | None = None
+    speedup_vs_cpu: float | None = None
+    #: Simulator instruction counts / DMA bytes, when the simulator ran it.
+    sim_stats: dict[str, object] = Field(default_factory=dict)
+    log: str = ""
+
+
+class TokenUsage(BaseModel):
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output + self.cache_read + self.cache_write
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            input=self.input + other.input,
+            output=self.output + other.output,
+            cache_read=self.cache_read + other.cache_read,
+            cache_write=self.cache_write + other.cache_write,
+        )
+
+
+class ToolCallRecord(BaseModel):
+    name: str
+    arguments: dict[str, object] = Field(default_factory=dict)
+    result_summary: str = ""
+    ok: bool = False
+
+
+class TurnRecord(BaseModel):
+    turn: int
+    model: str
+    text: str = ""
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    compiled: bool | None = None
+    verified: bool | None = None
+    max_abs_error: float | None = None
+    error: str | None = None
+    tokens: TokenUsage = Field(default_factory=TokenUsage)
+    seconds: float = 0.0
+
+
+class KernelArg(BaseModel):
+    """One kernel argument in calling-convention order, and where its value comes from."""
+
+    name: str
+    source: Literal["input", "state_dict"]
+    index: int | None = None  # for source == "input"
+    key: str | None = None  # for source == "state_dict"
+    shape: list[int] = Field(default_factory=list)
+    dtype: str = "float32"
+
+
+class KernelInfo(BaseModel):
+    path: str
+    function: str
+    args: list[KernelArg] = Field(default_factory=list)
+    calling_convention: str = CALLING_CONVENTION
+    source: str = ""
+
+
+class ConversionResult(BaseModel):
+    """What `nkibot convert` prints with --json, and what the renderers draw from."""
+
+    status: Status
+    target: str
+    backend: str
+    hardware: bool
+    simulator: str | None = None
+    model: str
+    turns: int = 0
+    tokens: TokenUsage = Field(default_factory=TokenUsage)
+    seconds: float = 0.0
+    kernel: KernelInfo | None = None
+    compile: CompileResult | None = None
+    verify: VerifyResult | None = None
+    profile: ProfileResult | None = None
+    transcript: list[TurnRecord] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list)
+    calling_convention: str = CALLING_CONVENTION
