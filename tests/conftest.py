@@ -6,6 +6,8 @@ import shutil
 
 import pytest
 
+pytest_plugins = ["tests.fakes.github_fixtures", "tests.fakes.anthropic_fixtures"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

@@ -99,4 +99,4 @@ def permission_at_least(have: str | None, need: Permission) -> bool:
     """True when GitHub permission `have` is `need` or stronger; unknown counts as none."""
     if have not in PERMISSION_ORDER:
         return False
-    return PERMISSION_ORDER.index(have) >= PERMISSION_ORDER.index(need)  # type: ignore[arg-type]
+    return PERMISSION_ORDER.index(have) >= PERMISSION_ORDER.index(need)

@@ -1,0 +1,1 @@
+"""pytest fixtures for the Anthropic Messages double (filled in by the agent-loop work)."""

@@ -1,0 +1,1 @@
+"""pytest fixtures for the GitHub double (filled in by the ingress work)."""
