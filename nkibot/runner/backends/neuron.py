@@ -1,0 +1,232 @@
+"""The neuron KernelBackend: neuronx-cc compile, on-device verify and profile on Trn1.
+
+Every step runs in the sandboxed child (`nkibot.runner.sandbox.run_sandboxed`), pinned
+to this worker's NeuronCore with `NEURON_RT_VISIBLE_CORES` and targeting Trn1 with
+`NEURON_PLATFORM_TARGET_OVERRIDE=trn1`. Compile and profile run
+`nkibot.runner.backends.neuron_device`; verify runs the shared verification harness
+(`nkibot.runner.harness`) with `backend: "neuron"`, so the trials and guards are the
+simulator's. Building commands and reading replies are pure functions below.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from nkibot.runner.backends import devices
+from nkibot.runner.backends.neff_cache import NeffCache, cache_key, default_cache_dir
+from nkibot.runner.backends.neuron_device import KERNEL_FILE
+from nkibot.runner.backends.neuron_parse import parse_compiler_log, timeout_diagnostic
+from nkibot.runner.backends.neuron_stats import latency_from_samples, speedup
+from nkibot.runner.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
+from nkibot.runner.sandbox import SandboxOutcome, python_module_argv, run_sandboxed
+from nkibot.runner.task import Task
+
+TARGET = "trn1"
+MEASURED_ON = "Trn1 hardware"
+DEVICE_MODULE = "nkibot.runner.backends.neuron_device"
+HARNESS_MODULE = "nkibot.runner.harness"
+_SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class SandboxRunner(Protocol):
+    def __call__(
+        self, argv: list[str], stdin: bytes = b"", *, timeout_s: float,
+        memory_mb: int | None = ..., cpu_s: int | None = ...,
+        extra_env: dict[str, str] | None = ..., network: bool = ...,
+    ) -> SandboxOutcome: ...
+
+
+@dataclass(frozen=True)
+class DeviceCommand:
+    """One sandboxed child run: what to execute, with which input, environment and limits."""
+
+    argv: list[str]
+    stdin: bytes
+    env: dict[str, str]
+    timeout_s: float
+    cpu_s: int
+
+
+def device_env(core_id: int | None, artifacts: Path,
+               tools_dir: Path = devices.NEURON_TOOLS_DIR) -> dict[str, str]:
+    """The child's Neuron variables: its one NeuronCore, the Trn1 target, where NEFFs go."""
+    env = {
+        "NEURON_PLATFORM_TARGET_OVERRIDE": TARGET,
+        "NKI_ARTIFACTS_DIR": str(artifacts),
+        # neuronx-cc is in the interpreter's bin directory, neuron-ls/neuron-bench here.
+        "PATH": f"{Path(sys.executable).parent}:{tools_dir}:{_SAFE_PATH}",
+    }
+    if core_id is not None:
+        env["NEURON_RT_VISIBLE_CORES"] = str(core_id)
+    return env
+
+
+def device_command(op: str, src: str, task: Task, workdir: Path, core_id: int | None, *,
+                   timeout_s: float, warmup: int = 0, iters: int = 0) -> DeviceCommand:
+    """The neuron_device child for `compile` or `profile` of `src` on `core_id`."""
+    artifacts = workdir / "artifacts"
+    request = {
+        "op": op, "src": src, "task": task.model_dump(mode="json"),
+        "artifacts": str(artifacts), "warmup": warmup, "iters": iters,
+    }
+    return DeviceCommand(
+        argv=python_module_argv(DEVICE_MODULE),
+        stdin=json.dumps(request).encode(),
+        env=device_env(core_id, artifacts),
+        timeout_s=timeout_s,
+        # neuronx-cc is multi-threaded: CPU seconds can exceed wall seconds several times.
+        cpu_s=int(timeout_s * 8) + 10,
+    )
+
+
+def harness_request(src: str, task: Task, reference: object) -> dict[str, Any]:
+    """The verification harness's request, asking it to run trials on the NeuronCore."""
+    dump = getattr(reference, "model_dump", None)
+    ref = dump(mode="json") if callable(dump) else reference
+    return {"op": "verify", "backend": "neuron", "src": src,
+            "task": task.model_dump(mode="json"), "reference": ref}
+
+
+def read_reply(outcome: SandboxOutcome) -> dict[str, Any] | None:
+    """The child's JSON reply (its last stdout line), or None when it printed none."""
+    lines = outcome.stdout.decode("utf-8", "replace").strip().splitlines()
+    try:
+        reply = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+    return reply if isinstance(reply, dict) else None
+
+
+def compiler_label(sdk: Mapping[str, str | None]) -> str:
+    cc, nki = sdk.get("neuronx-cc"), sdk.get("nki")
+    return f"neuronx-cc {cc or 'unknown'} (nki {nki or 'unknown'}, target {TARGET})"
+
+
+def compile_result_from(outcome: SandboxOutcome, timeout_s: float,
+                        compiler: str) -> CompileResult:
+    """CompileResult from the child's run: the log, located diagnostics, and ok."""
+    log = (outcome.stdout + outcome.stderr).decode("utf-8", "replace")
+    reply = read_reply(outcome)
+    diagnostics: list[Diagnostic] = []
+    if outcome.timed_out:
+        diagnostics.append(timeout_diagnostic(timeout_s))
+    elif reply is None:
+        diagnostics.append(Diagnostic(rule="sandbox", message=outcome.reason()))
+    # A runtime failure still means the NEFF compiled: ok, with the runtime error noted.
+    ok = bool(reply and (reply.get("ok") or reply.get("stage") == "runtime"))
+    if reply is not None and not reply.get("ok"):
+        parsed = parse_compiler_log(str(reply.get("error") or log), KERNEL_FILE)
+        if reply.get("stage") == "runtime":
+            parsed = [d.model_copy(update={"severity": "warning"}) for d in parsed]
+        diagnostics.extend(parsed or [Diagnostic(rule="compile-error", message=log[-2000:])])
+    return CompileResult(ok=ok, log=log, diagnostics=diagnostics, seconds=outcome.seconds,
+                         backend="neuron", compiler=compiler)
+
+
+def _latency(samples: object) -> Any:
+    if not isinstance(samples, list) or not samples:
+        return None
+    return latency_from_samples([float(s) for s in samples])
+
+
+def profile_result_from(reply: Mapping[str, Any], log: str, warmup: int) -> ProfileResult:
+    """ProfileResult from the child's raw timings (µs); statistics computed here."""
+    kernel = _latency(reply.get("kernel_us"))
+    device = _latency(reply.get("torch_device_us"))
+    cpu = _latency(reply.get("torch_cpu_us"))
+    notes = [f"warm-up {warmup}, host wall clock per call for the kernel and both baselines"]
+    notes += [f"{key}: {reply[key].strip().splitlines()[-1]}"
+              for key in ("kernel_device_error", "torch_device_error", "torch_cpu_error")
+              if reply.get(key)]
+    return ProfileResult(
+        hardware=True, measured_on=MEASURED_ON, kernel=kernel, torch_device=device,
+        torch_cpu=cpu, speedup_vs_device=speedup(device, kernel),
+        speedup_vs_cpu=speedup(cpu, kernel),
+        kernel_device_time=_latency(reply.get("kernel_device_us")),
+        log="\n".join([*notes, log]).strip(),
+    )
+
+
+class NeuronBackend:
+    """Trn1 backend; one instance per runner worker, bound to that worker's NeuronCore."""
+
+    name = "neuron"
+    is_hardware = True
+
+    def __init__(self, core_id: int | None, *, compile_timeout_s: float | None = None,
+                 profile_timeout_s: float = 900.0, warmup: int = 10, iters: int = 100,
+                 memory_mb: int | None = 16384, cache: NeffCache | None = None,
+                 sdk: Mapping[str, str | None] | None = None,
+                 runner: SandboxRunner = run_sandboxed) -> None:
+        self.core_id = core_id
+        self.compile_timeout_s = compile_timeout_s
+        self.profile_timeout_s = profile_timeout_s
+        self.warmup, self.iters = warmup, iters
+        self.memory_mb = memory_mb
+        self.cache = cache or NeffCache(default_cache_dir())
+        self.sdk = dict(sdk) if sdk is not None else devices.sdk_versions()
+        self._run = runner
+
+    def _execute(self, cmd: DeviceCommand) -> SandboxOutcome:
+        return self._run(cmd.argv, cmd.stdin, timeout_s=cmd.timeout_s,
+                         memory_mb=self.memory_mb, cpu_s=cmd.cpu_s, extra_env=cmd.env)
+
+    def compile(self, src: str, task: Task) -> CompileResult:
+        key = cache_key(src, task.inputs, self.sdk, TARGET)
+        if (hit := self.cache.get(key)) is not None:
+            result, _ = hit
+            return result.model_copy(update={"log": f"NEFF cache hit {key[:12]}\n{result.log}",
+                                             "seconds": 0.0})
+        timeout = self.compile_timeout_s or task.compile_timeout_s
+        with tempfile.TemporaryDirectory(prefix="nkibot-neuron-") as tmp:
+            cmd = device_command("compile", src, task, Path(tmp), self.core_id,
+                                 timeout_s=timeout)
+            outcome = self._execute(cmd)
+            result = compile_result_from(outcome, timeout, compiler_label(self.sdk))
+            reply = read_reply(outcome) or {}
+            if result.ok and reply.get("ok"):
+                neff = Path(reply["neff"]) if reply.get("neff") else None
+                self.cache.put(key, result, neff)
+        return result
+
+    def verify(self, src: str, task: Task, reference: object) -> VerifyResult:
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="nkibot-neuron-") as tmp:
+            request = harness_request(src, task, reference)
+            env = device_env(self.core_id, Path(tmp) / "artifacts")
+            outcome = self._run(
+                python_module_argv(HARNESS_MODULE), json.dumps(request).encode(),
+                timeout_s=self.profile_timeout_s, memory_mb=self.memory_mb,
+                cpu_s=int(self.profile_timeout_s * 8), extra_env=env,
+            )
+        text = outcome.stdout.decode("utf-8", "replace").strip().splitlines()
+        try:
+            result = VerifyResult.model_validate_json(text[-1] if text else "")
+        except ValueError:
+            log = outcome.stderr.decode("utf-8", "replace")
+            return VerifyResult(passed=False, reasons=[f"harness: {outcome.reason()}"], log=log,
+                                seconds=time.monotonic() - started,
+                                isolation=outcome.isolation)
+        return result.model_copy(update={"isolation": outcome.isolation})
+
+    def profile(self, src: str, task: Task) -> ProfileResult:
+        with tempfile.TemporaryDirectory(prefix="nkibot-neuron-") as tmp:
+            cmd = device_command("profile", src, task, Path(tmp), self.core_id,
+                                 timeout_s=self.profile_timeout_s, warmup=self.warmup,
+                                 iters=self.iters)
+            outcome = self._execute(cmd)
+        log = outcome.stderr.decode("utf-8", "replace")[-4000:]
+        reply = read_reply(outcome)
+        if reply is None or not reply.get("ok"):
+            why = outcome.reason() if reply is None else f"kernel failed ({reply.get('stage')})"
+            return ProfileResult(hardware=True, measured_on=MEASURED_ON,
+                                 log=f"profile failed: {why}\n{log}")
+        return profile_result_from(reply, log, self.warmup)
+

@@ -1,0 +1,55 @@
+"""Pick the kernel backend: `sim` (CPU simulator), `neuron` (Trn1), or `auto`.
+
+`auto` picks neuron where a Neuron device, the official `nki` package and neuronx-cc
+are all present, and the simulator everywhere else. Asking for `neuron` where it cannot
+run is an error that says what is missing, never a silent fall-back to the simulator.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal, cast
+
+from nkibot.runner.backends import devices
+from nkibot.runner.backends.base import KernelBackend
+
+BackendName = Literal["auto", "sim", "neuron"]
+
+
+class BackendUnavailable(RuntimeError):
+    """The requested backend cannot run on this host."""
+
+
+def _sim_backend() -> KernelBackend:
+    # Imported lazily: the simulator pulls in NumPy-heavy modules the CLI may not need.
+    module = importlib.import_module("nkibot.runner.backends.sim")
+    return cast(KernelBackend, module.SimBackend())
+
+
+def select_backend(
+    name: BackendName,
+    *,
+    core_id: int | None = None,
+    compile_timeout_s: float | None = None,
+    cache_dir: Path | None = None,
+    problems: Callable[[], list[str]] = devices.hardware_problems,
+    sim_factory: Callable[[], KernelBackend] = _sim_backend,
+) -> KernelBackend:
+    """The backend for `name`; `core_id` pins the neuron backend to one NeuronCore."""
+    if name == "sim":
+        return sim_factory()
+    missing = problems()
+    if name == "neuron" and missing:
+        raise BackendUnavailable("the neuron backend cannot run here: " + "; ".join(missing))
+    if name == "auto" and missing:
+        return sim_factory()
+    from nkibot.runner.backends.neff_cache import NeffCache
+    from nkibot.runner.backends.neuron import NeuronBackend
+
+    return NeuronBackend(
+        core_id,
+        compile_timeout_s=compile_timeout_s,
+        cache=NeffCache(cache_dir) if cache_dir is not None else None,
+    )
