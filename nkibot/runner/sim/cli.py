@@ -1,0 +1,69 @@
+"""`nkibot sim run KERNEL.py::function --inputs a.npy b.npy --out out.npy`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from nkibot.runner.sim.errors import SimError
+from nkibot.runner.sim.runtime import activate, simulate, stats
+
+app = typer.Typer(help="Run NKI kernels on the CPU simulator.", no_args_is_help=True,
+                  add_completion=False, pretty_exceptions_enable=False)
+
+
+def _load_kernel(spec: str) -> Any:
+    path_text, sep, func = spec.partition("::")
+    path = Path(path_text)
+    if not sep or not func or not path.is_file():
+        raise typer.BadParameter(f"expected KERNEL.py::function with an existing file, got {spec}")
+    module_spec = importlib.util.spec_from_file_location(f"_nkibot_cli_{path.stem}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise typer.BadParameter(f"cannot import {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return getattr(module, func)
+
+
+def _save(out: Path, result: Any) -> list[Path]:
+    results = result if isinstance(result, tuple) else (result,)
+    if len(results) == 1:
+        np.save(out, np.asarray(results[0]))
+        return [out]
+    paths = [out.with_name(f"{out.stem}_{i}{out.suffix}") for i in range(len(results))]
+    for p, r in zip(paths, results, strict=True):
+        np.save(p, np.asarray(r))
+    return paths
+
+
+@app.command("run")
+def run(
+    kernel: Annotated[str, typer.Argument(help="KERNEL.py::function")],
+    more_inputs: Annotated[list[Path] | None, typer.Argument(hidden=True)] = None,
+    inputs: Annotated[list[Path] | None, typer.Option("--inputs", help=".npy inputs")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="where to save the result")] = None,
+    lnc: Annotated[int, typer.Option("--lnc", help="logical cores (1 or 2)")] = 1,
+) -> None:
+    """Run KERNEL.py::function on .npy inputs and save its result(s)."""
+    arrays = [np.load(p) for p in [*(inputs or []), *(more_inputs or [])]]
+    with activate(force=True):
+        try:
+            fn = _load_kernel(kernel)
+        except (ImportError, SyntaxError, AttributeError, SimError) as err:
+            typer.echo(f"error: cannot load {kernel}: {err}", err=True)
+            raise typer.Exit(1) from None
+        try:
+            target = fn[lnc] if lnc != 1 else fn
+            result = simulate(target)(*arrays)
+        except SimError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(1) from None
+    if out is not None:
+        for p in _save(out, result):
+            typer.echo(f"wrote {p}")
+    typer.echo(json.dumps(stats()))

@@ -1,0 +1,103 @@
+"""The NKI dtype table: NumPy/ml_dtypes storage types, promotion and rounding on write.
+
+NKI dtypes are NumPy dtypes here, so `tensor.dtype` interoperates with NumPy code in
+kernels (`np.float32`, `a.dtype`). bf16/fp8 use ml_dtypes (round to nearest even on
+cast). tfloat32 is stored as float32 tagged with dtype metadata and its mantissa is
+rounded to 10 bits on write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from nkibot.runner.sim.errors import fail
+
+float32 = np.dtype(np.float32)
+float16 = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+tfloat32 = np.dtype(np.float32, metadata={"nki": "tfloat32"})
+# NKI's float8_e4m3 is the IEEE-style e4m3 (with inf); ml_dtypes calls it float8_e4m3.
+float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+int8 = np.dtype(np.int8)
+int16 = np.dtype(np.int16)
+int32 = np.dtype(np.int32)
+uint8 = np.dtype(np.uint8)
+uint16 = np.dtype(np.uint16)
+uint32 = np.dtype(np.uint32)
+bool_ = np.dtype(np.bool_)
+
+FLOATS = (float32, float16, bfloat16, float8_e4m3, float8_e4m3fn, float8_e5m2)
+INTS = (int8, int16, int32, uint8, uint16, uint32, bool_)
+_BY_NAME: dict[str, np.dtype[Any]] = {
+    "float32": float32, "float16": float16, "bfloat16": bfloat16, "tfloat32": tfloat32,
+    "float8_e4m3": float8_e4m3, "float8_e4m3fn": float8_e4m3fn, "float8_e5m2": float8_e5m2,
+    "int8": int8, "int16": int16, "int32": int32, "uint8": uint8, "uint16": uint16,
+    "uint32": uint32, "bool": bool_, "bool_": bool_,
+}
+_LEGAL = {d.str for d in FLOATS} | {d.str for d in INTS}
+
+
+def is_tf32(dt: np.dtype[Any]) -> bool:
+    return dt.metadata is not None and dt.metadata.get("nki") == "tfloat32"
+
+
+def name(dt: np.dtype[Any]) -> str:
+    if is_tf32(dt):
+        return "tfloat32"
+    return "bool_" if dt == bool_ else str(dt.name)
+
+
+def normalize(dtype: Any, what: str = "dtype") -> np.dtype[Any]:
+    """Turn an nl dtype, NumPy dtype/type or name into a legal NKI dtype, or refuse it."""
+    if isinstance(dtype, np.dtype) and dtype.str in _LEGAL:
+        return dtype
+    if isinstance(dtype, str) and dtype in _BY_NAME:
+        return _BY_NAME[dtype]
+    try:
+        dt: np.dtype[Any] = np.dtype(dtype)
+    except TypeError:
+        raise fail("dtype-illegal", f"{what}: {dtype!r} is not a dtype") from None
+    if dt.str not in _LEGAL:
+        raise fail("dtype-illegal", f"{what}: {dt} is not an NKI dtype (no float64/int64)")
+    return dt
+
+
+def is_float(dt: np.dtype[Any]) -> bool:
+    return dt.kind == "f" or dt.kind == "V" or dt in FLOATS
+
+
+def promote(a: np.dtype[Any], b: np.dtype[Any]) -> np.dtype[Any]:
+    """NKI promotion: float beats int, the wider float wins, fp16 with bf16 gives fp32."""
+    if a == b:
+        return a
+    fa, fb = is_float(a), is_float(b)
+    if fa != fb:
+        return a if fa else b
+    if fa:
+        if a.itemsize != b.itemsize:
+            return a if a.itemsize > b.itemsize else b
+        return float32 if a.itemsize >= 2 else bfloat16
+    if a.itemsize != b.itemsize:
+        return a if a.itemsize > b.itemsize else b
+    return int32
+
+
+def round_tf32(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Round float32 values to tfloat32's 10-bit mantissa (nearest even), in place."""
+    bits = x.view(np.uint32)
+    lsb = (bits >> 13) & 1
+    bits += np.uint32(0x0FFF) + lsb
+    bits &= np.uint32(0xFFFFE000)
+    return x
+
+
+def write(dst: np.ndarray[Any, Any], value: Any, dst_dtype: np.dtype[Any]) -> None:
+    """Round the fp32 `value` on write into `dst` (NumPy/ml_dtypes round to nearest even)."""
+    np.copyto(dst, value, casting="unsafe")
+    if is_tf32(dst_dtype):
+        round_tf32(dst)

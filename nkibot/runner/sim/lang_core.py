@@ -1,0 +1,182 @@
+"""`nki.language` allocation, data movement, loops, program ids and constants."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from nkibot.runner.sim import dtypes
+from nkibot.runner.sim.alloc import OVERWRITTEN, allocate
+from nkibot.runner.sim.engines import count, in_buffer, on_chip, read, tensor, write
+from nkibot.runner.sim.errors import fail
+from nkibot.runner.sim.psum import settle
+from nkibot.runner.sim.state import current
+from nkibot.runner.sim.tensor import DynSlice, MemoryRegion, NkiTensor
+
+sbuf = MemoryRegion.sbuf
+psum = MemoryRegion.psum
+private_hbm = MemoryRegion.private_hbm
+hbm = MemoryRegion.private_hbm
+shared_hbm = MemoryRegion.shared_hbm
+_HBM = (MemoryRegion.private_hbm, MemoryRegion.shared_hbm)
+
+
+class _TileSize:
+    """Trn1 (NeuronCore-v2) tile limits."""
+
+    pmax = 128
+    psum_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_min_align = 4
+    sbuf_min_align = 1
+    psum_num_banks = 8
+    sbuf_fmax_bytes = 192 * 1024
+    sbuf_fmax = sbuf_fmax_bytes // 4
+    sbuf_size_bytes = 128 * sbuf_fmax_bytes
+    total_available_sbuf_size = sbuf_fmax_bytes
+
+
+tile_size = _TileSize()
+
+
+def is_hbm(buffer: Any) -> bool:
+    return buffer in _HBM
+
+
+def is_on_chip(buffer: Any) -> bool:
+    return buffer in (sbuf, psum)
+
+
+def is_psum(buffer: Any) -> bool:
+    return buffer is psum
+
+
+def is_sbuf(buffer: Any) -> bool:
+    return buffer is sbuf
+
+
+def ndarray(shape: Any, dtype: Any, buffer: Any = sbuf, name: str = "",
+            address: Any = None) -> NkiTensor:
+    return allocate(shape, dtype, buffer, name)
+
+
+def zeros(shape: Any, dtype: Any, buffer: Any = sbuf, name: str = "") -> NkiTensor:
+    return full(shape, 0, dtype, buffer, name)
+
+
+def ones(shape: Any, dtype: Any, buffer: Any = sbuf, name: str = "") -> NkiTensor:
+    return full(shape, 1, dtype, buffer, name)
+
+
+def full(shape: Any, fill_value: Any, dtype: Any, buffer: Any = sbuf,
+         name: str = "") -> NkiTensor:
+    t = allocate(shape, dtype, buffer, name, fill=fill_value)
+    if t.on_chip:
+        count("vector", t.size)
+    return t
+
+
+def zeros_like(x: NkiTensor, dtype: Any = None, buffer: Any = None, name: str = "") -> NkiTensor:
+    return zeros(x.shape, x.dtype if dtype is None else dtype,
+                 x.buffer if buffer is None else buffer, name)
+
+
+def empty_like(x: NkiTensor, dtype: Any = None, buffer: Any = None, name: str = "") -> NkiTensor:
+    return ndarray(x.shape, x.dtype if dtype is None else dtype,
+                   x.buffer if buffer is None else buffer, name)
+
+
+def shared_constant(constant: Any) -> NkiTensor:
+    arr = np.load(constant) if isinstance(constant, str) else np.asarray(constant)
+    t = allocate(arr.shape, arr.dtype, shared_hbm)
+    write(t, arr, "shared_constant")
+    return t
+
+
+def shared_identity_matrix(n: int, dtype: Any = dtypes.uint8, dst: Any = None) -> NkiTensor:
+    t = allocate((n, n), dtype, sbuf) if dst is None else on_chip(dst, "identity", "dst")
+    write(t, np.eye(n, dtype=np.float32), "shared_identity_matrix")
+    return t
+
+
+def load(src: NkiTensor, dtype: Any = None) -> NkiTensor:
+    """HBM -> a new SBUF tile of the same shape (DMA, casting through fp32)."""
+    src = tensor(src, "load", "src")
+    in_buffer(src, "load", "src", *_HBM)
+    dst = allocate(src.shape, src.dtype if dtype is None else dtype, sbuf, fill=OVERWRITTEN)
+    _dma(dst, src)
+    return dst
+
+
+def load_transpose2d(src: NkiTensor, dtype: Any = None) -> NkiTensor:
+    src = tensor(src, "load_transpose2d", "src")
+    in_buffer(src, "load_transpose2d", "src", *_HBM)
+    dst = allocate(src.shape[::-1], src.dtype if dtype is None else dtype, sbuf)
+    _dma(dst, src.permute(tuple(range(src.ndim))[::-1]))
+    return dst
+
+
+def store(dst: NkiTensor, value: NkiTensor) -> NkiTensor:
+    """An on-chip tile -> HBM (shapes must match)."""
+    dst = tensor(dst, "store", "dst")
+    in_buffer(dst, "store", "dst", *_HBM)
+    value = on_chip(value, "store", "value", allow_psum=False)  # DMA never reads PSUM
+    if value.shape != dst.shape and value.size != dst.size:
+        raise fail("shape-mismatch", f"store: value {value.describe()} does not match dst "
+                                     f"{dst.describe()}")
+    _dma(dst, value)
+    return dst
+
+
+def _dma(dst: NkiTensor, src: NkiTensor) -> None:
+    settle(src._alloc)
+    value = src._arr if src.dtype == dst.dtype and not dtypes.is_tf32(dst.dtype) else read(src)
+    write(dst, value, "dma")
+    st = current()
+    st.count("dma", dst.size)
+    st.counters.dma_bytes += dst.size * dst.dtype.itemsize
+
+
+def ds(start: int, size: int) -> DynSlice:
+    return DynSlice(start, size)
+
+
+def affine_range(start: int, stop: int | None = None, step: int = 1) -> range:
+    return range(start) if stop is None else range(start, stop, step)
+
+
+sequential_range = affine_range
+static_range = affine_range
+dynamic_range = affine_range
+
+
+def program_id(axis: int = 0) -> int:
+    return current().program if axis == 0 else 0
+
+
+def num_programs(axes: int = 0) -> int:
+    return current().lnc if axes in (0, None) else 1
+
+
+def program_ndim() -> int:
+    return 1 if current().lnc > 1 else 0
+
+
+@contextlib.contextmanager
+def no_reorder() -> Iterator[None]:
+    yield
+
+
+def device_print(print_prefix: str, tensor: NkiTensor) -> None:
+    if isinstance(tensor, NkiTensor):
+        settle(tensor._alloc)
+        print(print_prefix, tensor._arr)
+    else:
+        print(print_prefix, tensor)

@@ -1,0 +1,122 @@
+"""Per-run state: engine counters, on-chip memory accounting, the LNC program id.
+
+One `RunState` lives for one kernel launch (all its logical cores). Instructions
+count into it; `stats()` returns the last finished (or running) launch's counters.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nkibot.runner.sim.errors import fail
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+SBUF_PARTITION_BYTES = 192 * 1024
+PSUM_PARTITION_BYTES = 16 * 1024
+PSUM_BANK_BYTES = 2 * 1024
+
+
+@dataclass
+class Counters:
+    instructions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ENGINES, 0))
+    elements: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ENGINES, 0))
+    dma_bytes: int = 0
+    peak_sbuf_bytes_per_partition: int = 0
+    peak_psum_bytes_per_partition: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "instructions": dict(self.instructions),
+            "elements": dict(self.elements),
+            "dma_bytes": self.dma_bytes,
+            "peak_sbuf_bytes_per_partition": self.peak_sbuf_bytes_per_partition,
+            "peak_psum_bytes_per_partition": self.peak_psum_bytes_per_partition,
+        }
+
+
+class MemoryTracker:
+    """Live on-chip bytes per partition.
+
+    Model: an allocation is live while any view of it is referenced; CPython frees it the
+    moment the last reference goes, which is when the compiler would recycle it too (a
+    tile allocated inside a loop body is dead by the next iteration's rebinding). So a
+    normal tiled kernel holds about two copies of each loop-body tile at the peak, as a
+    double-buffering compiler would. PSUM is handed out in whole 2 KiB banks.
+    """
+
+    def __init__(self, counters: Counters) -> None:
+        self.sbuf = 0
+        self.psum = 0
+        self.counters = counters
+
+    def take(self, buffer: str, nbytes: int, shape: tuple[int, ...], dtype: object) -> int:
+        if buffer == "psum":
+            nbytes = -(-nbytes // PSUM_BANK_BYTES) * PSUM_BANK_BYTES
+            if self.psum + nbytes > PSUM_PARTITION_BYTES:
+                raise fail(
+                    "psum-capacity",
+                    f"allocating psum tile {shape} {dtype} ({nbytes} B/partition) with "
+                    f"{self.psum} B/partition live exceeds PSUM's 16 KiB (8 banks) per partition",
+                )
+            self.psum += nbytes
+            c = self.counters
+            c.peak_psum_bytes_per_partition = max(c.peak_psum_bytes_per_partition, self.psum)
+        else:
+            if self.sbuf + nbytes > SBUF_PARTITION_BYTES:
+                raise fail(
+                    "sbuf-capacity",
+                    f"allocating sbuf tile {shape} {dtype} ({nbytes} B/partition) with "
+                    f"{self.sbuf} B/partition live exceeds SBUF's 192 KiB per partition",
+                )
+            self.sbuf += nbytes
+            c = self.counters
+            c.peak_sbuf_bytes_per_partition = max(c.peak_sbuf_bytes_per_partition, self.sbuf)
+        return nbytes
+
+    def give(self, buffer: str, nbytes: int) -> None:
+        if buffer == "psum":
+            self.psum -= nbytes
+        else:
+            self.sbuf -= nbytes
+
+
+class RunState:
+    """Everything one kernel launch shares: counters, memory, program id, shared outputs."""
+
+    def __init__(self, lnc: int = 1, target: str = "trn1") -> None:
+        self.counters = Counters()
+        self.memory = MemoryTracker(self.counters)
+        self.lnc = lnc
+        self.program = 0
+        self.target = target
+        #: shared_hbm allocations of program 0, reused by the other programs in order.
+        self.shared: list[Any] = []
+        self.shared_cursor = 0
+        #: Scalar/Vector engine accumulation registers, one per partition.
+        self.regs: dict[str, np.ndarray[Any, Any]] = {}
+
+    def count(self, engine: str, elements: int) -> None:
+        c = self.counters
+        c.instructions[engine] += 1
+        c.elements[engine] += elements
+
+
+class _Local(threading.local):
+    """Per thread: the launch in progress (or a standalone state) and the nesting depth."""
+
+    def __init__(self) -> None:
+        self.state = RunState()
+        self.depth = 0
+
+
+LOCAL = _Local()
+#: Counters of the last launch started in any thread (what `stats()` reports).
+LAST: list[Counters] = [LOCAL.state.counters]
+
+
+def current() -> RunState:
+    return LOCAL.state

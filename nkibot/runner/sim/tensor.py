@@ -1,0 +1,267 @@
+"""`NkiTensor`: a shape, dtype and buffer over a NumPy view of its allocation's storage.
+
+Views (slices, `nl.ds`, `reshape`, `permute`, `ap`, `broadcast_to`) share storage and
+are bounds-checked here, because NumPy silently truncates out-of-range slices. PSUM
+tensors carry a parallel uint8 view recording how each element was last written
+(see `PSUM_*`), which the matmul accumulation rules read.
+"""
+
+from __future__ import annotations
+
+import operator
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from nkibot.runner.sim import dtypes
+from nkibot.runner.sim.errors import fail
+from nkibot.runner.sim.state import MemoryTracker
+
+PMAX = 128
+# PSUM element state: never written / written by a non-matmul instruction / by a matmul
+# / by a matmul and since read out by another engine (the next group starts afresh).
+PSUM_NEVER, PSUM_OTHER, PSUM_MATMUL, PSUM_DRAINED = 0, 1, 2, 3
+
+
+class MemoryRegion(Enum):
+    """Where a tensor lives."""
+
+    sbuf = "sbuf"
+    psum = "psum"
+    private_hbm = "private_hbm"
+    shared_hbm = "shared_hbm"
+
+
+ON_CHIP = (MemoryRegion.sbuf, MemoryRegion.psum)
+
+
+class DynSlice:
+    """`nl.ds(start, size)`: `size` elements from `start`."""
+
+    __slots__ = ("size", "start", "step")
+
+    def __init__(self, start: int, size: int, step: int = 1) -> None:
+        self.start, self.size, self.step = start, size, step
+
+    def as_slice(self) -> slice:
+        return slice(self.start, self.start + self.size * self.step, self.step)
+
+
+class _Allocation:
+    """Owns one allocation's storage; returns its bytes to the tracker when collected."""
+
+    __slots__ = ("__weakref__", "base", "nbytes", "pending", "pinned_by", "region", "state",
+                 "tracker")
+
+    def __init__(self, base: np.ndarray[Any, Any], region: MemoryRegion,
+                 tracker: MemoryTracker | None, nbytes: int,
+                 state: np.ndarray[Any, Any] | None = None) -> None:
+        self.base, self.region, self.tracker, self.nbytes = base, region, tracker, nbytes
+        self.state = state
+        #: PSUM: matmul groups not yet computed (see psum.py); SBUF: PSUM allocations
+        #: whose pending matmuls still view this storage.
+        self.pending: list[Any] | None = None
+        self.pinned_by: list[Any] | None = None
+
+    def __del__(self) -> None:
+        if self.tracker is not None:
+            self.tracker.give(self.region.value, self.nbytes)
+
+
+class NkiTensor:
+    """A tensor (HBM) or tile (SBUF/PSUM): shape, dtype, buffer and a view of storage."""
+
+    __slots__ = ("__weakref__", "_alloc", "_arr", "_readonly", "_state", "buffer", "dtype",
+                 "name", "shape")
+
+    def __init__(self, arr: np.ndarray[Any, Any], dtype: np.dtype[Any], buffer: MemoryRegion,
+                 alloc: _Allocation, state: np.ndarray[Any, Any] | None = None,
+                 name: str = "", readonly: bool = False) -> None:
+        self._arr = arr
+        self._alloc = alloc
+        self._state = state
+        self._readonly = readonly
+        self.shape: tuple[int, ...] = arr.shape
+        self.dtype = dtype
+        self.buffer = buffer
+        self.name = name
+
+    # ---- description ----------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(self._arr.size)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return tuple(s // self._arr.itemsize for s in self._arr.strides)
+
+    @property
+    def on_chip(self) -> bool:
+        return self.buffer in ON_CHIP
+
+    def describe(self) -> str:
+        return f"{self.buffer.value}{list(self.shape)} {dtypes.name(self.dtype)}"
+
+    def __repr__(self) -> str:
+        return f"NkiTensor({self.describe()})"
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __bool__(self) -> bool:
+        # `assert nl.equal(a, b)` in the docs' examples means "all elements true".
+        from nkibot.runner.sim.psum import settle
+
+        settle(self._alloc)
+        return bool(np.all(self._arr))
+
+    def _derive(self, arr: np.ndarray[Any, Any], state: np.ndarray[Any, Any] | None,
+                readonly: bool = False, dtype: np.dtype[Any] | None = None) -> NkiTensor:
+        return NkiTensor(arr, self.dtype if dtype is None else dtype, self.buffer, self._alloc,
+                         state, self.name, readonly or self._readonly)
+
+    # ---- indexing -------------------------------------------------------------------
+    def __getitem__(self, key: Any) -> NkiTensor:
+        np_key = self._np_key(key)
+        arr = self._arr[np_key]
+        state = None if self._state is None else self._state[np_key]
+        if self.on_chip and arr.ndim < 2:
+            arr = arr.reshape(arr.shape + (1,) * (2 - arr.ndim))
+            state = None if state is None else state.reshape(arr.shape)
+        return self._derive(arr, state)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        from nkibot.runner.sim.engines import assign
+
+        assign(self[key], value)
+
+    def _np_key(self, key: Any) -> tuple[Any, ...]:
+        keys = key if isinstance(key, tuple) else (key,)
+        explicit = sum(1 for k in keys if k is not Ellipsis)
+        if explicit > len(self.shape):
+            raise fail("out-of-bounds", f"{explicit} indices into {self.describe()}")
+        expanded: list[Any] = []
+        for k in keys:
+            if k is Ellipsis:
+                expanded.extend([slice(None)] * (len(self.shape) - explicit))
+            else:
+                expanded.append(k)
+        expanded.extend([slice(None)] * (len(self.shape) - len(expanded)))
+        return tuple(self._dim_key(dim, k) for dim, k in enumerate(expanded))
+
+    def _dim_key(self, dim: int, k: Any) -> Any:
+        size = self.shape[dim]
+        if isinstance(k, DynSlice):
+            k = k.as_slice()
+        if isinstance(k, slice):
+            step = 1 if k.step is None else operator.index(k.step)
+            start = 0 if k.start is None else operator.index(k.start)
+            stop = size if k.stop is None else operator.index(k.stop)
+            start = start + size if start < 0 else start
+            stop = stop + size if stop < 0 else stop
+            if step < 1 or not 0 <= start < stop <= size:
+                raise fail("out-of-bounds", f"slice {start}:{stop}:{step} on dim {dim} of size "
+                                            f"{size} of {self.describe()}")
+            return slice(start, stop, step)
+        if isinstance(k, NkiTensor):
+            raise fail("unsupported", "dynamic (tensor) indices are not supported; use .ap()")
+        try:
+            i = operator.index(k)
+        except TypeError:
+            raise fail("out-of-bounds", f"index {k!r} on dim {dim} is not an int") from None
+        i = i + size if i < 0 else i
+        if not 0 <= i < size:
+            raise fail("out-of-bounds",
+                       f"index {i} on dim {dim} of size {size} of {self.describe()}")
+        return slice(i, i + 1) if dim == 0 and self.on_chip else i
+
+    # ---- views ----------------------------------------------------------------------
+    def reshape(self, *shape: Any) -> NkiTensor:
+        new = tuple(operator.index(s) for s in
+                    (shape[0] if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape))
+        if self.on_chip and new[0] != self.shape[0]:
+            raise fail("view-illegal", f"reshape {self.describe()} to {list(new)} changes the "
+                                       "partition dim")
+        try:
+            arr = np.reshape(self._arr, new, copy=False)
+        except ValueError as exc:
+            raise fail("view-illegal",
+                       f"cannot reshape {self.describe()} to {list(new)}: {exc}") from None
+        state = None if self._state is None else np.reshape(self._state, new, copy=False)
+        return self._derive(arr, state)
+
+    def permute(self, dims: Any) -> NkiTensor:
+        order = tuple(operator.index(d) for d in dims)
+        if sorted(order) != list(range(self.ndim)) or (self.on_chip and order[0] != 0):
+            raise fail("view-illegal", f"permute {order} of {self.describe()}")
+        state = None if self._state is None else self._state.transpose(order)
+        return self._derive(self._arr.transpose(order), state)
+
+    def broadcast_to(self, shape: Any) -> NkiTensor:
+        new = tuple(operator.index(s) for s in shape)
+        if len(new) != self.ndim or any(a not in (1, b) for a, b in zip(self.shape, new,
+                                                                          strict=True)):
+            raise fail("broadcast", f"cannot broadcast {self.describe()} to {list(new)}")
+        if self.on_chip and new[0] > PMAX:
+            raise fail("partition-dim", f"broadcast to {list(new)}: partition dim over 128")
+        state = None if self._state is None else np.broadcast_to(self._state, new)
+        return self._derive(np.broadcast_to(self._arr, new), state, readonly=True)
+
+    def broadcast(self, dim: int, size: int) -> NkiTensor:
+        if self.on_chip and dim == 0:
+            raise fail("view-illegal", "broadcast along the partition dim of an on-chip tensor")
+        return self.broadcast_to(tuple(size if d == dim else s for d, s in enumerate(self.shape)))
+
+    def expand_dim(self, dim: int) -> NkiTensor:
+        if self.on_chip and dim == 0:
+            raise fail("view-illegal", "expand_dim(0) on an on-chip tensor")
+        return self.reshape((*self.shape[:dim], 1, *self.shape[dim:]))
+
+    def squeeze_dim(self, dim: int) -> NkiTensor:
+        if self.shape[dim] != 1 or (self.on_chip and dim == 0):
+            raise fail("view-illegal", f"squeeze_dim({dim}) of {self.describe()}")
+        return self.reshape(self.shape[:dim] + self.shape[dim + 1:])
+
+    def reshape_dim(self, dim: int, shape: Any) -> NkiTensor:
+        parts = list(shape)
+        if -1 in parts:
+            known = int(np.prod([p for p in parts if p != -1]))
+            parts[parts.index(-1)] = self.shape[dim] // known
+        return self.reshape(self.shape[:dim] + tuple(parts) + self.shape[dim + 1:])
+
+    def flatten_dims(self, start_dim: int, end_dim: int) -> NkiTensor:
+        merged = int(np.prod(self.shape[start_dim:end_dim + 1]))
+        return self.reshape((*self.shape[:start_dim], merged, *self.shape[end_dim + 1:]))
+
+    def slice(self, dim: int, start: int, end: int, step: int = 1) -> NkiTensor:
+        key = [slice(None)] * self.ndim
+        key[dim] = slice(start, end, step)
+        return self[tuple(key)]
+
+    def select(self, dim: int, index: int) -> NkiTensor:
+        key: list[Any] = [slice(None)] * self.ndim
+        key[dim] = index
+        return self[tuple(key)]
+
+    def view(self, dtype: Any) -> NkiTensor:
+        dt = dtypes.normalize(dtype)
+        try:
+            arr = self._arr.view(dt)
+        except ValueError as exc:
+            raise fail("view-illegal", f"view {self.describe()} as {dt}: {exc}") from None
+        return self._derive(arr, None, dtype=dt)
+
+    reinterpret_cast = view
+
+    def ap(self, pattern: Any, offset: int | None = None, scalar_offset: Any = None,
+           vector_offset: Any = None, indirect_dim: int = 0, dtype: Any = None) -> NkiTensor:
+        if scalar_offset is not None or vector_offset is not None:
+            raise fail("unsupported", "indirect .ap(scalar_offset/vector_offset) access")
+        from nkibot.runner.sim.views import access_pattern
+
+        return access_pattern(self, pattern, offset, dtype)
