@@ -73,6 +73,10 @@ class Task(BaseModel):
     max_turns: int = Field(default=10, ge=1)
     compile_timeout_s: float = Field(default=120.0, gt=0)
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4])
+    #: Parameters and buffers in state_dict() order (name = key): the kernel's trailing args.
+    state_dict: list[InputSpec] = Field(default_factory=list)
+    #: Absolute path of the reference file on disk, when loaded from one (sibling imports).
+    reference_file: str | None = None
 
     def tolerance_for(self, dtype: str) -> Tolerance:
         return self.tolerances.get(dtype) or self.tolerances.get("float32") or Tolerance(

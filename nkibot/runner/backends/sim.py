@@ -1,0 +1,203 @@
+"""The `sim` KernelBackend: static guards, then the NKI CPU simulator in a sandboxed child.
+
+"Compile" is a trace: the kernel runs once on random inputs of the task's shapes, and a
+broken hardware rule (ConstraintError) or any other kernel error becomes a diagnostic
+with rule, file, line and fix. "Verify" runs every reference trial in one child, which
+also checks determinism and input mutation; the parent compares (`evaluate.judge`).
+A crash, hang or out-of-memory child is a failed result with the sandbox's reason,
+never an exception. Figures from here are never latencies.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from nkibot.runner.evaluate import KernelRun, judge
+from nkibot.runner.guards import jit_functions, static_findings
+from nkibot.runner.harness import HarnessReply, run_harness
+from nkibot.runner.harness_protocol import load_array
+from nkibot.runner.reference import ReferenceSet
+from nkibot.runner.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
+from nkibot.runner.task import Task
+from nkibot.runner.taskload import describe_kernel_args
+
+MEASURED_ON = "simulator: not a latency measurement"
+
+
+class KernelSourceError(ValueError):
+    """The kernel file names no usable `@nki.jit` function."""
+
+
+def resolve_function(src: str, function: str | None) -> str:
+    """The kernel function to call: the given one, else the file's only `@nki.jit` one."""
+    found = jit_functions(src)
+    if function is not None:
+        return function
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise KernelSourceError("no @nki.jit function found in the kernel file")
+    raise KernelSourceError(f"several @nki.jit functions ({', '.join(found)}): name one "
+                            "with KERNEL.py::function")
+
+
+def sandbox_reason(reply: HarnessReply) -> str:
+    """A named reason for a child that gave no usable reply (crash, hang, memory)."""
+    outcome = reply.outcome
+    if outcome.timed_out:
+        kind = "timeout"
+    elif outcome.killed_by_signal in (9, 24) or "memory" in outcome.reason().lower():
+        kind = "memory" if outcome.killed_by_signal != 24 else "cpu-limit"
+    elif outcome.killed_by_signal is not None:
+        kind = "crash"
+    else:
+        kind = "exit"
+    return f"sandbox:{kind} {outcome.reason()}"
+
+
+def error_diagnostic(error: dict[str, Any], kernel_file: str) -> Diagnostic:
+    file = error.get("file")
+    shown = kernel_file if file and Path(str(file)).name == kernel_file else file
+    first = str(error.get("message", "")).strip().splitlines()[:1] or [""]
+    return Diagnostic(rule=str(error.get("rule") or "kernel-exception"),
+                      message=f"{error.get('type', 'Error')}: {first[0]}"[:500],
+                      file=shown, line=error.get("line"), fix=error.get("fix"))
+
+
+class SimBackend:
+    """KernelBackend on the CPU simulator (see the module docstring)."""
+
+    name = "sim"
+    is_hardware = False
+
+    def __init__(self, *, function: str | None = None, kernel_file: str = "kernel.py",
+                 memory_mb: int = 4096, verify_timeout_s: float | None = None,
+                 skip_static: bool = False) -> None:
+        self.function = function
+        self.kernel_file = kernel_file
+        self.memory_mb = memory_mb
+        self.verify_timeout_s = verify_timeout_s
+        # Tests only: lets crash/hang/memory kernels that the static rules forbid reach
+        # the sandbox. Never exposed on the command line.
+        self._skip_static = skip_static
+
+    def _static(self, src: str) -> list[Diagnostic]:
+        if self._skip_static:
+            return []
+        return [Diagnostic(rule=f"static:{f.rule}", message=f.reason, file=self.kernel_file,
+                           line=f.line, fix="kernels may use only nki, numpy and math, and "
+                           "compute outputs from their inputs") for f in static_findings(src)]
+
+    def _run(self, src: str, function: str, request: dict[str, Any], timeout_s: float,
+             out_dir: Path) -> HarnessReply:
+        path = out_dir / self.kernel_file
+        path.write_text(src, encoding="utf-8")
+        request = {"op": "run_kernel", "kernel_path": str(path), "function": function,
+                   "out_dir": str(out_dir), **request}
+        return run_harness(request, timeout_s=timeout_s, memory_mb=self.memory_mb)
+
+    def _random_request(self, task: Task) -> dict[str, Any]:
+        args = describe_kernel_args(task)
+        return {"random": {"seed": 0, "specs": [a.model_dump() for a in args]},
+                "arg_names": [a.name for a in args]}
+
+    def compile(self, src: str, task: Task) -> CompileResult:
+        started = time.monotonic()
+        static = self._static(src)
+        if static:
+            return CompileResult(ok=False, diagnostics=static, backend=self.name,
+                                 compiler="nkibot static check", log="\n".join(
+                                     d.message for d in static))
+        try:
+            function = resolve_function(src, self.function)
+        except KernelSourceError as exc:
+            return CompileResult(ok=False, log=str(exc), backend=self.name, diagnostics=[
+                Diagnostic(rule="no-kernel", message=str(exc), file=self.kernel_file)])
+        with tempfile.TemporaryDirectory(prefix="nkibot-compile-") as tmp:
+            reply = self._run(src, function, self._random_request(task),
+                              task.compile_timeout_s, Path(tmp))
+        seconds = time.monotonic() - started
+        response = reply.response
+        if response is None:
+            reason = sandbox_reason(reply)
+            return CompileResult(ok=False, log=reason, seconds=seconds, backend=self.name,
+                                 diagnostics=[Diagnostic(rule=reason.split()[0],
+                                                         message=reason)])
+        compiler = str(response.get("simulator") or "nkibot-sim")
+        error = response.get("error")
+        if error:
+            diag = error_diagnostic(error, self.kernel_file)
+            log = f"{diag.message}\n{error.get('traceback', '')}".strip()
+            return CompileResult(ok=False, log=log,
+                                 diagnostics=[diag], seconds=seconds, backend=self.name,
+                                 compiler=compiler)
+        shapes = [o["shape"] for t in response["trials"] for o in t["outputs"]]
+        return CompileResult(ok=True, seconds=seconds, backend=self.name, compiler=compiler,
+                             log=f"traced {function} on {compiler}; output shapes {shapes}")
+
+    def verify(self, src: str, task: Task, reference: object) -> VerifyResult:
+        if not isinstance(reference, ReferenceSet):
+            raise TypeError("SimBackend.verify needs the ReferenceSet from compute_reference")
+        started = time.monotonic()
+        static = self._static(src)
+        if static:
+            return VerifyResult(passed=False, reasons=list(dict.fromkeys(
+                d.message for d in static)), diagnostics=static)
+        try:
+            function = resolve_function(src, self.function)
+        except KernelSourceError as exc:
+            return VerifyResult(passed=False, reasons=[f"kernel:no-function {exc}"])
+        args = describe_kernel_args(task)
+        request = {"trials": [{"inputs": t.inputs} for t in reference.trials],
+                   "state": reference.state, "determinism": True,
+                   "arg_names": [a.name for a in args]}
+        timeout = self.verify_timeout_s or task.compile_timeout_s * 2
+        with tempfile.TemporaryDirectory(prefix="nkibot-verify-") as tmp:
+            reply = self._run(src, function, request, timeout, Path(tmp))
+            result = self._judge(task, reference, reply, [a.name for a in args])
+        return result.model_copy(update={"seconds": time.monotonic() - started,
+                                         "isolation": list(reply.outcome.isolation)})
+
+    def _judge(self, task: Task, reference: ReferenceSet, reply: HarnessReply,
+               names: list[str]) -> VerifyResult:
+        response = reply.response
+        if response is None:
+            tail = reply.outcome.stderr.decode("utf-8", "replace")[-2000:]
+            return VerifyResult(passed=False, reasons=[sandbox_reason(reply)], log=tail)
+        run = KernelRun(
+            outputs=[[load_array(d) for d in t["outputs"]] for t in response["trials"]],
+            inputs_modified=[n for t in response["trials"] for n in t["inputs_modified"]],
+            deterministic=response.get("deterministic"), arg_names=names)
+        verdict = judge(task, reference, run)
+        reasons, diagnostics = list(verdict.reasons), list(verdict.diagnostics)
+        error = response.get("error")
+        if error:
+            diag = error_diagnostic(error, self.kernel_file)
+            where = f" on trial {error['trial']}" if error.get("trial") is not None else ""
+            reasons.insert(0, f"kernel:error {diag.rule}{where}: {diag.message}")
+            diagnostics.insert(0, diag)
+        missing = len(reference.trials) - len(run.outputs)
+        passed = verdict.passed and not error and missing == 0
+        log = f"simulator: {response.get('simulator')}; {len(run.outputs)}/" \
+              f"{len(reference.trials)} trials ran"
+        return VerifyResult(passed=passed, trials=verdict.trials, reasons=reasons,
+                            diagnostics=diagnostics, log=log)
+
+    def profile(self, src: str, task: Task) -> ProfileResult:
+        try:
+            function = resolve_function(src, self.function)
+        except KernelSourceError as exc:
+            return ProfileResult(hardware=False, measured_on=MEASURED_ON, log=str(exc))
+        with tempfile.TemporaryDirectory(prefix="nkibot-profile-") as tmp:
+            reply = self._run(src, function, self._random_request(task),
+                              task.compile_timeout_s, Path(tmp))
+        response = reply.response
+        if response is None or response.get("error"):
+            why = sandbox_reason(reply) if response is None else str(response["error"])
+            return ProfileResult(hardware=False, measured_on=MEASURED_ON, log=why[:1000])
+        return ProfileResult(hardware=False, measured_on=MEASURED_ON,
+                             sim_stats=dict(response.get("stats") or {}),
+                             log=f"simulator: {response.get('simulator')}")

@@ -1,0 +1,145 @@
+"""Error statistics of a kernel's output against the reference (pure NumPy, no I/O).
+
+An element matches when |actual - expected| <= atol + rtol * |expected| (NumPy's allclose
+rule), or when both are NaN, or both the same infinity. Relative error divides by
+max(|expected|, atol) so that near-zero references do not make it meaningless.
+
+A reference that is near-constant (every element within tolerance of 0, or of its
+median) would let a kernel that returns a constant pass. Such outputs are flagged and
+compared relatively: atol shrinks to atol times the reference's own spread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nkibot.runner.harness_protocol import is_float
+from nkibot.runner.results import TrialStats, WorstElement
+from nkibot.runner.task import Tolerance
+
+WORST = 5
+_EXACT = Tolerance(atol=0.0, rtol=0.0)
+# 64-bit outputs have no NKI dtype; the kernel returns the 32-bit one.
+_ACCEPTED = {"float64": {"float64", "float32"}, "int64": {"int64", "int32"}}
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One reference output of one trial, and what the kernel's output must look like."""
+
+    values: np.ndarray[Any, Any]
+    dtype: str  # PyTorch's native output dtype name
+    trial: int
+    seed: int | None
+    label: str
+    output: int
+
+
+def near_constant(expected: np.ndarray[Any, Any], tol: Tolerance) -> tuple[float, float] | None:
+    """(centre, spread) when a constant (0 or the median) would pass; None when it would not."""
+    e = expected.astype(np.float64)
+    finite = e[np.isfinite(e)]
+    if finite.size == 0:
+        return None
+    for centre in (0.0, float(np.median(finite))):
+        if np.all(np.abs(finite - centre) <= tol.atol + tol.rtol * np.abs(finite)):
+            return centre, float(np.max(np.abs(finite - centre)))
+    return None
+
+
+def dtype_ok(expected: str, actual: str) -> bool:
+    return actual in _ACCEPTED.get(expected, {expected})
+
+
+def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
+            tol: Tolerance) -> TrialStats:
+    """Statistics for one output of one trial; `passed` needs shape, dtype and values."""
+    if not (is_float(exp.dtype) or is_float(actual_dtype)):
+        tol = _EXACT
+    base = TrialStats(
+        trial=exp.trial, seed=exp.seed, label=exp.label, output=exp.output, passed=False,
+        expected_shape=list(exp.values.shape), actual_shape=list(actual.shape),
+        expected_dtype=exp.dtype, actual_dtype=actual_dtype,
+        dtype_ok=dtype_ok(exp.dtype, actual_dtype), total=int(exp.values.size),
+        atol=tol.atol, rtol=tol.rtol)
+    if tuple(actual.shape) != tuple(exp.values.shape):
+        return base.model_copy(update={"shape_ok": False, "mismatched": base.total})
+    flagged = near_constant(exp.values, tol) if tol.atol > 0 else None
+    label, centre = exp.label, 0.0
+    if flagged is not None:
+        # Compare deviations from the constant, scaled by the reference's own spread.
+        centre, spread = flagged
+        floor = 4 * float(np.spacing(np.float32(centre)))
+        tol = Tolerance(atol=max(tol.atol * spread, floor), rtol=tol.rtol)
+        label = f"{label}, reference near-constant: compared relatively".lstrip(", ")
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        e = exp.values.astype(np.float64)
+        a = actual.astype(np.float64)
+        err = np.abs(a - e)
+        both_nan = np.isnan(a) & np.isnan(e)
+        same_inf = np.isinf(e) & (a == e)
+        ok = (err <= tol.atol + tol.rtol * np.abs(e - centre)) | both_nan | same_inf
+        err = np.where(both_nan | same_inf, 0.0, err)
+        err = np.where(np.isnan(err), np.inf, err)
+        rel = err / np.maximum(np.abs(e), tol.atol if tol.atol > 0 else 1e-12)
+    mismatched = int(np.count_nonzero(~ok))
+    return base.model_copy(update={
+        "label": label,
+        "passed": mismatched == 0 and base.dtype_ok,
+        "atol": tol.atol,
+        "max_abs_error": _finite_max(err),
+        "max_rel_error": _finite_max(rel),
+        "mean_abs_error": float(np.mean(err[np.isfinite(err)])) if err.size else 0.0,
+        "mismatched": mismatched,
+        "nan_count": int(np.count_nonzero(np.isnan(a))),
+        "inf_count": int(np.count_nonzero(np.isinf(a))),
+        "worst": _worst(err, e, a, ok),
+    })
+
+
+def _finite_max(values: np.ndarray[Any, Any]) -> float:
+    if values.size == 0:
+        return 0.0
+    top = float(np.max(values))
+    # JSON has no infinity: report a NaN/Inf error as the largest float.
+    return top if np.isfinite(top) else float(np.finfo(np.float64).max)
+
+
+def _worst(err: np.ndarray[Any, Any], e: np.ndarray[Any, Any], a: np.ndarray[Any, Any],
+           ok: np.ndarray[Any, Any]) -> list[WorstElement]:
+    """The largest errors, mismatches first, with their multi-dimensional indices."""
+    if err.size == 0:
+        return []
+    flat = err.ravel()
+    bad = np.flatnonzero(~ok.ravel())
+    pool = bad if bad.size else np.arange(flat.size)
+    count = min(WORST, pool.size)
+    top = pool[np.argpartition(-flat[pool], count - 1)[:count]]
+    picks = top[np.argsort(-flat[top], kind="stable")]
+    out = []
+    for p in picks:
+        index = [int(i) for i in np.unravel_index(int(p), err.shape)]
+        out.append(WorstElement(index=index, expected=_num(e.ravel()[p]),
+                                actual=_num(a.ravel()[p]), abs_error=_num(err.ravel()[p])))
+    return out
+
+
+def _num(value: Any) -> float:
+    return float(value)
+
+
+def mismatch_reason(stats: TrialStats) -> str:
+    """The named reason for one failing TrialStats."""
+    where = f"trial {stats.trial} output {stats.output}"
+    if not stats.shape_ok:
+        return (f"numeric:shape {where}: expected {stats.expected_shape}, "
+                f"got {stats.actual_shape}")
+    if not stats.dtype_ok:
+        return f"numeric:dtype {where}: expected {stats.expected_dtype}, got {stats.actual_dtype}"
+    at = f" at {stats.worst[0].index}" if stats.worst else ""
+    return (f"numeric:mismatch {where} ({stats.label}): {stats.mismatched}/{stats.total} "
+            f"elements outside atol={stats.atol:.3g} rtol={stats.rtol:.3g}, max abs error "
+            f"{stats.max_abs_error:.3g}{at}")

@@ -1,0 +1,147 @@
+"""The `sim` KernelBackend: compile as a simulator trace, verify over trials, profile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nkibot.runner.backends.base import KernelBackend
+from nkibot.runner.backends.sim import MEASURED_ON, SimBackend
+from nkibot.runner.reference import ReferenceSet, compute_reference
+from nkibot.runner.task import InputSpec, Task
+
+KERNELS = Path(__file__).resolve().parents[2] / "fixtures" / "kernels"
+
+
+def _src(name: str) -> str:
+    return (KERNELS / name).read_text()
+
+
+def _task(ref: str, *, dtype: str = "float32", **fields: object) -> Task:
+    path = KERNELS / ref
+    return Task.model_validate({
+        "reference_source": path.read_text(), "entry_point": "Model", "source_path": ref,
+        "reference_file": str(path), "has_get_inputs": True,
+        "inputs": [InputSpec(name="x", shape=(256, 64), dtype=dtype)],  # type: ignore[arg-type]
+        **fields})
+
+
+@pytest.fixture(scope="module")
+def relu_task() -> Task:
+    return _task("relu_ref.py", compile_timeout_s=20)
+
+
+@pytest.fixture(scope="module")
+def relu_ref(relu_task: Task) -> Iterator[ReferenceSet]:
+    with compute_reference(relu_task) as ref:
+        yield ref
+
+
+class TestCompile:
+    def test_correct_kernel(self, relu_task: Task) -> None:
+        """A correct kernel traces on the simulator and says which one ran."""
+        backend = SimBackend()
+        assert isinstance(backend, KernelBackend) and not backend.is_hardware
+        result = backend.compile(_src("relu_ok.py"), relu_task)
+        assert result.ok, result.log
+        assert result.compiler == "nkibot-sim" and result.backend == "sim"
+        assert "[256, 64]" in result.log
+
+    def test_constraint_error_is_a_located_diagnostic(self, relu_task: Task) -> None:
+        """A broken hardware rule comes back with rule, file, line and fix."""
+        result = SimBackend().compile(_src("partition_too_big.py"), relu_task)
+        assert not result.ok
+        diag = result.diagnostics[0]
+        assert (diag.rule, diag.file, diag.line) == ("partition-dim", "kernel.py", 10)
+        assert diag.fix and "128" in diag.fix and "256" in diag.message
+
+    def test_static_rules_first(self, relu_task: Task) -> None:
+        """A forbidden import fails compile without running anything, at its line."""
+        result = SimBackend().compile(_src("imports_torch.py"), relu_task)
+        assert not result.ok and result.compiler == "nkibot static check"
+        assert [(d.rule, d.line) for d in result.diagnostics] == [
+            ("static:import-not-allowed", 5)]
+
+    def test_no_jit_function(self, relu_task: Task) -> None:
+        """Source without an @nki.jit function says so."""
+        result = SimBackend().compile("import numpy as np\n", relu_task)
+        assert not result.ok and result.diagnostics[0].rule == "no-kernel"
+
+
+class TestVerify:
+    def test_correct_kernel_passes(self, relu_task: Task, relu_ref: ReferenceSet) -> None:
+        """A correct kernel passes every trial, including the large-magnitude one."""
+        result = SimBackend().verify(_src("relu_ok.py"), relu_task, relu_ref)
+        assert result.passed, result.reasons
+        assert len(result.trials) == 6 and all(t.passed for t in result.trials)
+        assert result.trials[-1].label == "large magnitude"
+        assert {"env", "tmpdir", "rlimits"} <= set(result.isolation)
+
+    def test_runtime_error_names_trial(self, relu_task: Task, relu_ref: ReferenceSet) -> None:
+        """A constraint error during verify is a reason with the rule and trial."""
+        result = SimBackend().verify(_src("partition_too_big.py"), relu_task, relu_ref)
+        assert not result.passed
+        assert result.reasons[0].startswith("kernel:error partition-dim on trial 0")
+        assert result.diagnostics[0].line == 10
+
+    def test_crash_then_carry_on(self, relu_task: Task, relu_ref: ReferenceSet) -> None:
+        """A segfaulting kernel is a failed result with the reason; the next run works."""
+        crashed = SimBackend(skip_static=True).verify(_src("crash.py"), relu_task, relu_ref)
+        assert not crashed.passed
+        assert crashed.reasons[0].startswith("sandbox:crash")
+        assert "segmentation fault" in crashed.reasons[0]
+        assert SimBackend().verify(_src("relu_ok.py"), relu_task, relu_ref).passed
+
+    def test_memory_hog(self, relu_task: Task, relu_ref: ReferenceSet) -> None:
+        """A kernel that allocates past the memory limit fails with a memory reason."""
+        result = SimBackend().verify(_src("memory_hog.py"), relu_task, relu_ref)
+        assert not result.passed
+        assert "memory-limit" in result.reasons[0]
+
+    def test_hang_times_out(self, relu_task: Task) -> None:
+        """A kernel that never returns is killed at the compile timeout."""
+        task = relu_task.model_copy(update={"compile_timeout_s": 2.0})
+        result = SimBackend().compile(_src("hang.py"), task)
+        assert not result.ok
+        assert result.diagnostics[0].rule in ("sandbox:timeout", "sandbox:cpu-limit")
+        assert result.seconds < 15
+
+    def test_needs_reference_set(self, relu_task: Task) -> None:
+        """Verify refuses anything but a ReferenceSet (a programming error)."""
+        with pytest.raises(TypeError):
+            SimBackend().verify(_src("relu_ok.py"), relu_task, object())
+
+
+class TestPrecisionAndTinyReferences:
+    def test_bf16_kernel(self) -> None:
+        """A bf16 ReLU matches the fp32 reference within bf16 tolerance and dtype."""
+        task = _task("relu_ref.py", dtype="bfloat16", seeds=[0, 1])
+        with compute_reference(task) as ref:
+            result = SimBackend().verify(_src("relu_ok.py"), task, ref)
+        assert result.passed, result.reasons
+        assert {t.actual_dtype for t in result.trials} == {"bfloat16"}
+        assert result.trials[0].atol == pytest.approx(2e-2)
+
+    def test_tiny_reference(self) -> None:
+        """A tiny reference is compared relatively: zeros fail, the real kernel passes."""
+        task = _task("tiny_ref.py", seeds=[0, 1])
+        with compute_reference(task) as ref:
+            zeros = SimBackend().verify(_src("zeros.py"), task, ref)
+            good = SimBackend().verify(_src("tiny_ok.py"), task, ref)
+        assert not zeros.passed
+        assert "reference:near-constant (compared relatively)" in zeros.reasons
+        assert any(r.startswith("numeric:mismatch") for r in zeros.reasons)
+        assert good.passed, good.reasons
+        assert any(d.rule == "reference:near-constant" for d in good.diagnostics)
+
+
+class TestProfile:
+    def test_simulator_stats_not_latency(self, relu_task: Task) -> None:
+        """Profiling on the simulator reports counters and says it is not a latency."""
+        result = SimBackend().profile(_src("relu_ok.py"), relu_task)
+        assert not result.hardware and result.measured_on == MEASURED_ON
+        assert result.kernel is None
+        assert isinstance(result.sim_stats.get("dma_bytes"), int)
+        assert result.sim_stats["dma_bytes"] > 0

@@ -1,0 +1,129 @@
+"""Error statistics of a kernel output against the reference (nkibot.runner.verify)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from nkibot.runner.task import Tolerance
+from nkibot.runner.verify import Expected, compare, dtype_ok, mismatch_reason, near_constant
+
+TOL = Tolerance(atol=1e-3, rtol=1e-3)
+
+
+def _exp(values: np.ndarray, dtype: str = "float32") -> Expected:
+    return Expected(values=values, dtype=dtype, trial=2, seed=2, label="normal", output=0)
+
+
+class TestCompare:
+    def test_exact_match(self) -> None:
+        """Identical outputs pass with zero error and no mismatches."""
+        e = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+        stats = compare(_exp(e), e.copy(), "float32", TOL)
+        assert stats.passed and stats.mismatched == 0 and stats.max_abs_error == 0.0
+        assert stats.total == 128 and stats.shape_ok and stats.dtype_ok
+
+    def test_allclose_rule(self) -> None:
+        """An element passes iff |a - e| <= atol + rtol * |e|."""
+        e = np.array([[1.0, 100.0]], dtype=np.float32)
+        a = np.array([[1.0019, 100.12]], dtype=np.float32)  # 2e-3 budget, then 0.101
+        stats = compare(_exp(e), a, "float32", TOL)
+        assert not stats.passed
+        assert stats.mismatched == 1
+        assert stats.worst[0].index == [0, 1]
+        assert abs(stats.max_abs_error - 0.12) < 1e-4
+
+    def test_worst_elements_sorted_with_indices(self) -> None:
+        """The worst five elements come largest error first with multi-dim indices."""
+        e = np.zeros((4, 4), dtype=np.float32) + 1.0
+        a = e.copy()
+        for k, (i, j) in enumerate([(0, 1), (1, 2), (2, 3), (3, 0), (3, 3), (2, 2)]):
+            a[i, j] += 0.1 * (k + 1)
+        stats = compare(_exp(e), a, "float32", TOL)
+        assert len(stats.worst) == 5
+        assert stats.worst[0].index == [2, 2]
+        errors = [w.abs_error for w in stats.worst]
+        assert errors == sorted(errors, reverse=True)
+        assert stats.mismatched == 6
+        assert abs(stats.mean_abs_error - (0.1 * 21 / 16)) < 1e-5
+
+    def test_nan_and_inf_counts(self) -> None:
+        """NaN/Inf in the output are counted and mismatch, unless the reference matches."""
+        e = np.array([1.0, np.inf, np.nan, 2.0], dtype=np.float32)
+        a = np.array([np.nan, np.inf, np.nan, np.inf], dtype=np.float32)
+        stats = compare(_exp(e), a, "float32", TOL)
+        assert stats.nan_count == 2 and stats.inf_count == 2
+        assert stats.mismatched == 2  # element 0 (NaN) and element 3 (Inf)
+        assert not stats.passed
+
+    def test_shape_mismatch(self) -> None:
+        """A wrong shape fails every element and says which shapes."""
+        e = np.zeros((4, 8), dtype=np.float32) + 1
+        stats = compare(_exp(e), np.zeros((8, 4), dtype=np.float32), "float32", TOL)
+        assert not stats.passed and not stats.shape_ok
+        assert stats.mismatched == 32
+        assert mismatch_reason(stats) == (
+            "numeric:shape trial 2 output 0: expected [4, 8], got [8, 4]")
+
+    def test_dtype_must_match_native(self) -> None:
+        """Correct values in the wrong dtype fail with a dtype reason."""
+        e = np.ones((2, 2), dtype=np.float32)
+        stats = compare(_exp(e, "bfloat16"), e.copy(), "float32", TOL)
+        assert not stats.passed and not stats.dtype_ok and stats.mismatched == 0
+        assert mismatch_reason(stats).startswith("numeric:dtype trial 2 output 0: expected "
+                                                 "bfloat16, got float32")
+
+    def test_bf16_output_against_fp32_reference(self) -> None:
+        """A bf16 output is compared to the fp32 reference within the given tolerance."""
+        e = np.random.default_rng(1).standard_normal((32, 32)).astype(np.float32)
+        a = e.astype(ml_dtypes.bfloat16)
+        low = Tolerance(atol=2e-2, rtol=2e-2)
+        assert compare(_exp(e, "bfloat16"), a, "bfloat16", low).passed
+        assert not compare(_exp(e, "bfloat16"), a, "bfloat16", Tolerance(atol=1e-5, rtol=0)).passed
+
+    def test_integers_compare_exactly(self) -> None:
+        """Integer outputs get no tolerance."""
+        e = np.array([1, 2, 3], dtype=np.int32)
+        stats = compare(_exp(e, "int32"), np.array([1, 2, 4], dtype=np.int32), "int32", TOL)
+        assert stats.mismatched == 1 and stats.atol == 0.0
+
+    def test_mismatch_reason_names_trial_and_worst(self) -> None:
+        """A numeric failure names the trial, the count and where the worst element is."""
+        e = np.arange(6, dtype=np.float32).reshape(2, 3)
+        a = e.copy()
+        a[1, 2] = 9.0
+        reason = mismatch_reason(compare(_exp(e), a, "float32", TOL))
+        assert reason.startswith("numeric:mismatch trial 2 output 0 (normal): 1/6 elements")
+        assert "at [1, 2]" in reason
+
+
+class TestNearConstant:
+    def test_zeros_fail_against_tiny_reference(self) -> None:
+        """A tiny reference is compared relatively, so returning zeros fails."""
+        e = (np.random.default_rng(2).standard_normal((64, 16)) * 1e-5).astype(np.float32)
+        assert near_constant(e, TOL) is not None
+        stats = compare(_exp(e), np.zeros_like(e), "float32", TOL)
+        assert not stats.passed
+        assert "near-constant" in stats.label
+        assert compare(_exp(e), e * (1 + 1e-5), "float32", TOL).passed
+
+    def test_constant_offset_fails(self) -> None:
+        """A reference that barely varies around a constant rejects returning the constant."""
+        rng = np.random.default_rng(3)
+        e = (1000 + rng.standard_normal((64, 16)) * 0.1).astype(np.float32)
+        assert near_constant(e, TOL) is not None
+        constant = np.full_like(e, float(np.median(e)))
+        assert not compare(_exp(e), constant, "float32", TOL).passed
+        assert compare(_exp(e), e.copy(), "float32", TOL).passed
+
+    def test_ordinary_reference_not_flagged(self) -> None:
+        """A standard-normal reference is not near-constant."""
+        e = np.random.default_rng(4).standard_normal((64, 16)).astype(np.float32)
+        assert near_constant(e, TOL) is None
+
+
+class TestDtypeOk:
+    def test_64_bit_outputs_accept_32_bit(self) -> None:
+        """NKI has no 64-bit types, so float64/int64 references accept the 32-bit dtype."""
+        assert dtype_ok("float64", "float32") and dtype_ok("int64", "int32")
+        assert not dtype_ok("float32", "float16")
