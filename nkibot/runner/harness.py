@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,14 +43,21 @@ class HarnessReply:
 
 
 def run_harness(
-    request: dict[str, Any], *, timeout_s: float, memory_mb: int | None = 8192
+    request: dict[str, Any], *, timeout_s: float, memory_mb: int | None = 8192,
+    extra_env: dict[str, str] | None = None,
+    runner: Callable[..., SandboxOutcome] = run_sandboxed,
 ) -> HarnessReply:
-    """Run one harness op in the sandbox; never raises for anything the child does."""
-    outcome = run_sandboxed(
+    """Run one harness op in the sandbox; never raises for anything the child does.
+
+    `extra_env` carries device pinning (NEURON_RT_VISIBLE_CORES) for the neuron backend;
+    `runner` is the sandbox entry point (injectable so backends can be unit-tested).
+    """
+    outcome = runner(
         python_module_argv("nkibot.runner.harness"),
         json.dumps(request).encode(),
         timeout_s=timeout_s,
         memory_mb=memory_mb,
+        extra_env=extra_env,
     )
     response: dict[str, Any] | None = None
     if outcome.returncode == 0 and not outcome.timed_out:

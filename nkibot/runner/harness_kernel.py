@@ -75,11 +75,14 @@ def _same(a: list[np.ndarray[Any, Any]], b: list[np.ndarray[Any, Any]]) -> bool:
 
 
 def run_kernel(request: dict[str, Any]) -> dict[str, Any]:
-    kernel_path = str(Path(request["kernel_path"]).resolve())
-    out_dir = Path(request["out_dir"])
+    """Run the candidate on every trial: on the simulator, or on the NeuronCore (`device`)."""
     names = list(request.get("arg_names", []))
-    reply: dict[str, Any] = {"ok": False, "simulator": None, "trials": [],
+    reply: dict[str, Any] = {"ok": False, "simulator": None, "device": None, "trials": [],
                              "deterministic": None, "error": None, "stats": {}}
+    if request.get("device") == "neuron":
+        _run_on_neuron(request, names, reply)
+        reply["ok"] = reply["error"] is None
+        return reply
     try:
         from nkibot.runner.sim import activate
     except ImportError as exc:
@@ -89,18 +92,34 @@ def run_kernel(request: dict[str, Any]) -> dict[str, Any]:
         import nki
 
         reply["simulator"] = _simulator_name(nki)
-        try:
-            kernel = _import_kernel(Path(kernel_path), str(request["function"]))
-            run = nki.simulate(kernel)
-            trials = _trial_arrays(request)
-        except BaseException as exc:  # import-time errors are the kernel's, not ours
-            reply["error"] = {**error_dict(exc, kernel_path), "trial": None}
-            return reply
-        _run_trials(run, trials, names, out_dir, bool(request.get("determinism")), reply,
-                    kernel_path)
+        _load_and_run(request, names, reply, lambda kernel: nki.simulate(kernel))
     reply["stats"] = _stats()
     reply["ok"] = reply["error"] is None
     return reply
+
+
+def _run_on_neuron(request: dict[str, Any], names: list[str], reply: dict[str, Any]) -> None:
+    # The real nki package compiles and runs the kernel on the NeuronCore that the
+    # parent pinned with NEURON_RT_VISIBLE_CORES; the trials and guards are unchanged.
+    from nkibot.runner.backends.neuron_device import run_on_device
+
+    reply["device"] = "neuron"
+    _load_and_run(request, names, reply,
+                  lambda kernel: lambda *arrays: tuple(run_on_device(kernel, arrays)))
+
+
+def _load_and_run(request: dict[str, Any], names: list[str], reply: dict[str, Any],
+                  wrap: Any) -> None:
+    kernel_path = str(Path(request["kernel_path"]).resolve())
+    try:
+        kernel = _import_kernel(Path(kernel_path), str(request["function"]))
+        run = wrap(kernel)
+        trials = _trial_arrays(request)
+    except BaseException as exc:  # import-time errors are the kernel's, not ours
+        reply["error"] = {**error_dict(exc, kernel_path), "trial": None}
+        return
+    _run_trials(run, trials, names, Path(request["out_dir"]),
+                bool(request.get("determinism")), reply, kernel_path)
 
 
 def _run_trials(run: Any, trials: list[list[np.ndarray[Any, Any]]], names: list[str],

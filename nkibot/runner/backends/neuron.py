@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any, Protocol
 
 from nkibot.runner.backends import devices
 from nkibot.runner.backends.neff_cache import NeffCache, cache_key, default_cache_dir
-from nkibot.runner.backends.neuron_device import KERNEL_FILE
+from nkibot.runner.backends.neuron_device import KERNEL_FILE, find_kernel_name
 from nkibot.runner.backends.neuron_parse import parse_compiler_log, timeout_diagnostic
 from nkibot.runner.backends.neuron_stats import latency_from_samples, speedup
 from nkibot.runner.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
@@ -31,7 +30,6 @@ from nkibot.runner.task import Task
 TARGET = "trn1"
 MEASURED_ON = "Trn1 hardware"
 DEVICE_MODULE = "nkibot.runner.backends.neuron_device"
-HARNESS_MODULE = "nkibot.runner.harness"
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -84,14 +82,6 @@ def device_command(op: str, src: str, task: Task, workdir: Path, core_id: int | 
         # neuronx-cc is multi-threaded: CPU seconds can exceed wall seconds several times.
         cpu_s=int(timeout_s * 8) + 10,
     )
-
-
-def harness_request(src: str, task: Task, reference: object) -> dict[str, Any]:
-    """The verification harness's request, asking it to run trials on the NeuronCore."""
-    dump = getattr(reference, "model_dump", None)
-    ref = dump(mode="json") if callable(dump) else reference
-    return {"op": "verify", "backend": "neuron", "src": src,
-            "task": task.model_dump(mode="json"), "reference": ref}
 
 
 def read_reply(outcome: SandboxOutcome) -> dict[str, Any] | None:
@@ -197,24 +187,17 @@ class NeuronBackend:
         return result
 
     def verify(self, src: str, task: Task, reference: object) -> VerifyResult:
-        started = time.monotonic()
+        """The shared harness's trials and guards, with the kernel run on this NeuronCore."""
+        from nkibot.runner.backends.sim import SimBackend
+
         with tempfile.TemporaryDirectory(prefix="nkibot-neuron-") as tmp:
-            request = harness_request(src, task, reference)
-            env = device_env(self.core_id, Path(tmp) / "artifacts")
-            outcome = self._run(
-                python_module_argv(HARNESS_MODULE), json.dumps(request).encode(),
-                timeout_s=self.profile_timeout_s, memory_mb=self.memory_mb,
-                cpu_s=int(self.profile_timeout_s * 8), extra_env=env,
+            verifier = SimBackend(
+                function=_kernel_name(src), kernel_file=KERNEL_FILE, device="neuron",
+                extra_env=device_env(self.core_id, Path(tmp) / "artifacts"),
+                memory_mb=self.memory_mb or 16384, verify_timeout_s=self.profile_timeout_s,
+                runner=self._run,
             )
-        text = outcome.stdout.decode("utf-8", "replace").strip().splitlines()
-        try:
-            result = VerifyResult.model_validate_json(text[-1] if text else "")
-        except ValueError:
-            log = outcome.stderr.decode("utf-8", "replace")
-            return VerifyResult(passed=False, reasons=[f"harness: {outcome.reason()}"], log=log,
-                                seconds=time.monotonic() - started,
-                                isolation=outcome.isolation)
-        return result.model_copy(update={"isolation": outcome.isolation})
+            return verifier.verify(src, task, reference)
 
     def profile(self, src: str, task: Task) -> ProfileResult:
         with tempfile.TemporaryDirectory(prefix="nkibot-neuron-") as tmp:
@@ -230,3 +213,10 @@ class NeuronBackend:
                                  log=f"profile failed: {why}\n{log}")
         return profile_result_from(reply, log, self.warmup)
 
+
+
+def _kernel_name(src: str) -> str | None:
+    try:
+        return find_kernel_name(src)
+    except (ValueError, SyntaxError):
+        return None  # the verifier reports a missing kernel function itself

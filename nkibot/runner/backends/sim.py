@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from nkibot.runner.harness import HarnessReply, run_harness
 from nkibot.runner.harness_protocol import load_array
 from nkibot.runner.reference import ReferenceSet
 from nkibot.runner.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
+from nkibot.runner.sandbox import SandboxOutcome, run_sandboxed
 from nkibot.runner.task import Task
 from nkibot.runner.taskload import describe_kernel_args
 
@@ -75,8 +77,15 @@ class SimBackend:
 
     def __init__(self, *, function: str | None = None, kernel_file: str = "kernel.py",
                  memory_mb: int = 4096, verify_timeout_s: float | None = None,
-                 skip_static: bool = False) -> None:
+                 skip_static: bool = False, device: str | None = None,
+                 extra_env: dict[str, str] | None = None,
+                 runner: Callable[..., SandboxOutcome] = run_sandboxed) -> None:
         self.function = function
+        # The neuron backend reuses this verifier with device="neuron": same trials and
+        # guards, the kernel run by the real nki on the pinned NeuronCore.
+        self.device = device
+        self.extra_env = extra_env
+        self._runner = runner
         self.kernel_file = kernel_file
         self.memory_mb = memory_mb
         self.verify_timeout_s = verify_timeout_s
@@ -96,8 +105,9 @@ class SimBackend:
         path = out_dir / self.kernel_file
         path.write_text(src, encoding="utf-8")
         request = {"op": "run_kernel", "kernel_path": str(path), "function": function,
-                   "out_dir": str(out_dir), **request}
-        return run_harness(request, timeout_s=timeout_s, memory_mb=self.memory_mb)
+                   "out_dir": str(out_dir), "device": self.device, **request}
+        return run_harness(request, timeout_s=timeout_s, memory_mb=self.memory_mb,
+                           extra_env=self.extra_env, runner=self._runner)
 
     def _random_request(self, task: Task) -> dict[str, Any]:
         args = describe_kernel_args(task)
@@ -181,8 +191,9 @@ class SimBackend:
             diagnostics.insert(0, diag)
         missing = len(reference.trials) - len(run.outputs)
         passed = verdict.passed and not error and missing == 0
-        log = f"simulator: {response.get('simulator')}; {len(run.outputs)}/" \
-              f"{len(reference.trials)} trials ran"
+        ran_on = (f"device: {response['device']}" if response.get("device")
+                  else f"simulator: {response.get('simulator')}")
+        log = f"{ran_on}; {len(run.outputs)}/{len(reference.trials)} trials ran"
         return VerifyResult(passed=passed, trials=verdict.trials, reasons=reasons,
                             diagnostics=diagnostics, log=log)
 

@@ -21,10 +21,9 @@ from nkibot.runner.backends.neuron import (
     compiler_label,
     device_command,
     device_env,
-    harness_request,
     profile_result_from,
 )
-from nkibot.runner.results import VerifyResult
+from nkibot.runner.reference import compute_reference
 from nkibot.runner.sandbox import SandboxOutcome
 from nkibot.runner.task import InputSpec, Task
 
@@ -93,13 +92,6 @@ class TestCommands:
         assert request["op"] == "compile" and request["src"] == NUMPY_KERNEL
         assert request["task"]["inputs"][0]["shape"] == [4, 8]
         assert cmd.timeout_s == 120 and cmd.cpu_s > 120
-
-    def test_harness_request_asks_for_neuron(self) -> None:
-        """Verify reuses the harness with backend "neuron" and a JSON-able reference."""
-        req = harness_request("src", _task(), VerifyResult(passed=True))
-        assert req["backend"] == "neuron" and req["op"] == "verify"
-        assert req["reference"]["passed"] is True
-        json.dumps(req)
 
     def test_compiler_label_names_versions(self) -> None:
         """Every result says which compiler and nki version ran, and the target."""
@@ -201,21 +193,38 @@ class TestProfile:
 
 
 class TestVerify:
-    def test_harness_reply_is_the_result(self) -> None:
-        """The harness's VerifyResult comes back with the sandbox's isolation list."""
-        fake = FakeSandbox(VerifyResult(passed=True, reasons=[]).model_dump(mode="json"))
-        result = NeuronBackend(2, sdk=SDK, runner=fake).verify(NUMPY_KERNEL, _task(), {"t": 1})
-        assert result.passed and result.isolation == ["env", "rlimits"]
+    def test_verify_runs_the_shared_harness_on_the_pinned_core(self) -> None:
+        """Verify asks the shared harness to run the kernel on the device, pinned to its core."""
+        task = _task()
+        with compute_reference(task, timeout_s=120) as reference:
+            fake = FakeSandbox(None)
+            result = NeuronBackend(2, sdk=SDK, runner=fake).verify(NUMPY_KERNEL, task, reference)
         call = fake.calls[0]
         assert call["argv"][-1] == "nkibot.runner.harness"
-        assert call["request"]["backend"] == "neuron"
+        assert call["request"]["op"] == "run_kernel"
+        assert call["request"]["device"] == "neuron"
+        assert call["request"]["function"] == "add_kernel"
         assert call["extra_env"]["NEURON_RT_VISIBLE_CORES"] == "2"
+        # No reply from the child is a failed verification naming the sandbox's reason.
+        assert not result.passed and result.reasons[0].startswith("sandbox:")
 
-    def test_harness_without_reply_fails_verification(self) -> None:
-        """No parseable reply is a failed verification with the sandbox's reason."""
-        result = NeuronBackend(2, sdk=SDK, runner=FakeSandbox(None)).verify(
-            NUMPY_KERNEL, _task(), {})
-        assert not result.passed and result.reasons[0].startswith("harness:")
+    def test_device_trials_are_judged_like_the_simulator(self) -> None:
+        """The real harness child runs the kernel through run_on_device; every trial passes."""
+        task = _task()
+        with compute_reference(task, timeout_s=120) as reference:
+            result = NeuronBackend(0, sdk=SDK).verify(NUMPY_KERNEL, task, reference)
+        assert result.passed, result.reasons
+        assert len(result.trials) == len(task.seeds) + 1
+        assert result.log.startswith("device: neuron")
+
+    def test_wrong_device_kernel_fails_with_statistics(self) -> None:
+        """A device kernel that computes the wrong thing fails with per-trial statistics."""
+        task = _task()
+        wrong = NUMPY_KERNEL.replace("np.add(a, b)", "np.subtract(a, b)")
+        with compute_reference(task, timeout_s=120) as reference:
+            result = NeuronBackend(0, sdk=SDK).verify(wrong, task, reference)
+        assert not result.passed
+        assert any(r.startswith("numeric:mismatch") for r in result.reasons)
 
 
 class TestRealChild:
