@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Permission = Literal["read", "triage", "write", "maintain", "admin"]
@@ -26,6 +26,8 @@ class Settings(BaseSettings):
         env_file=".env",
         env_file_encoding="utf-8",
         extra="ignore",
+        # Fields with an alias (below) still accept their plain name in Settings(...).
+        populate_by_name=True,
     )
 
     # GitHub App
@@ -46,6 +48,8 @@ class Settings(BaseSettings):
     jobs_queue_url: str | None = None
     max_attempts: int = Field(default=3, ge=1)
     lease_seconds: float = Field(default=300.0, gt=0)
+    #: SQLite file for job state (cancellations, retries); default: the SQLite queue file.
+    state_path: Path | None = None
 
     # Runner
     max_jobs_per_installation: int = Field(default=2, ge=1)
@@ -63,9 +67,19 @@ class Settings(BaseSettings):
     backend: Literal["auto", "sim", "neuron"] = "auto"
 
     # Models (the SDKs' own variables are also honoured by the SDKs themselves)
-    anthropic_api_key: SecretStr | None = None
-    anthropic_base_url: str | None = None
-    anthropic_model: str = "claude-opus-4-5"
+    # An explicit validation_alias replaces env_prefix for the field, so the NKIBOT_ name
+    # is listed too; the SDK's own names are honoured so `nkibot convert` runs against
+    # whatever ANTHROPIC_BASE_URL/ANTHROPIC_API_KEY point at (the real API or a double).
+    anthropic_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("NKIBOT_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"),
+    )
+    anthropic_base_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("NKIBOT_ANTHROPIC_BASE_URL", "ANTHROPIC_BASE_URL"),
+    )
+    # The SDK warns that claude-opus-4-5 is deprecated (end of life January 2027).
+    anthropic_model: str = "claude-opus-5-5"
     anthropic_timeout_s: float = Field(default=300.0, gt=0)
     anthropic_max_retries: int = Field(default=4, ge=0)
     bedrock_model_id: str = "anthropic.claude-opus-4-5-20251101-v1:0"
@@ -75,6 +89,9 @@ class Settings(BaseSettings):
     log_level: str = "info"
     log_json: bool = True
     max_body_bytes: int = Field(default=25 * 1024 * 1024, ge=1)
+    #: Run the dispatcher inside `nkibot serve` (off when `nkibot dispatch` runs apart).
+    dispatcher_enabled: bool = True
+    dispatch_poll_s: float = Field(default=0.5, gt=0)
 
     @field_validator("allowed_owners", mode="before")
     @classmethod
