@@ -39,3 +39,20 @@ class Queue(Protocol):
     def depth(self) -> int:
         """Visible plus leased items (for metrics and readiness)."""
         ...
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """An item that used up its attempts (SQLite: marked dead; SQS: moved to the DLQ)."""
+
+    item_id: str
+    body: bytes
+    attempts: int
+    reason: str
+
+
+@runtime_checkable
+class DeadLetterSource(Protocol):
+    def dead_letters(self) -> list[DeadLetter]:
+        """Items that will not be delivered again, oldest first (SQS: a peek of up to 10)."""
+        ...

@@ -1,0 +1,127 @@
+"""The dispatcher's GitHub edge: a handful of typed githubkit REST calls, nothing else."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from githubkit import GitHub
+from githubkit.exception import RequestFailed
+
+from nkibot.config.settings import PERMISSION_ORDER
+
+MAX_COMMENT_PAGES = 10
+
+
+@dataclass(frozen=True)
+class PullHead:
+    sha: str
+    ref: str
+    repo: str | None
+    base_ref: str
+
+
+def _split(repo: str) -> tuple[str, str]:
+    owner, _, name = repo.partition("/")
+    return owner, name
+
+
+def _is_404(exc: RequestFailed) -> bool:
+    return exc.response.status_code == 404
+
+
+class GitHubGateway:
+    """What the dispatcher reads and writes on GitHub, for one installation."""
+
+    def __init__(self, gh: GitHub[Any]) -> None:
+        self.gh = gh
+
+    async def permission(self, repo: str, login: str) -> str | None:
+        """The collaborator's role (read..admin), or None for a non-collaborator."""
+        owner, name = _split(repo)
+        try:
+            resp = await self.gh.rest.repos.async_get_collaborator_permission_level(
+                owner, name, login)
+        except RequestFailed as exc:
+            if _is_404(exc):
+                return None
+            raise
+        data = resp.parsed_data
+        role = data.role_name if isinstance(data.role_name, str) else None
+        return role if role in PERMISSION_ORDER else data.permission
+
+    async def read_file(self, owner: str, repo: str, path: str) -> str | None:
+        try:
+            resp = await self.gh.rest.repos.async_get_content(owner, repo, path)
+        except RequestFailed as exc:
+            if _is_404(exc):
+                return None
+            raise
+        content = getattr(resp.parsed_data, "content", None)
+        if not isinstance(content, str):
+            return None  # a directory, symlink or submodule is not a config file
+        return base64.b64decode(content).decode("utf-8", errors="replace")
+
+    async def default_branch_head(self, repo: str) -> tuple[str, str | None]:
+        """(default branch, its head SHA; None for an empty repository)."""
+        owner, name = _split(repo)
+        branch = (await self.gh.rest.repos.async_get(owner, name)).parsed_data.default_branch
+        try:
+            ref = await self.gh.rest.git.async_get_ref(owner, name, f"heads/{branch}")
+        except RequestFailed as exc:
+            if _is_404(exc) or exc.response.status_code == 409:
+                return branch, None
+            raise
+        return branch, ref.parsed_data.object_.sha
+
+    async def pull_head(self, repo: str, number: int) -> PullHead:
+        owner, name = _split(repo)
+        pr = (await self.gh.rest.pulls.async_get(owner, name, number)).parsed_data
+        head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
+        return PullHead(pr.head.sha, pr.head.ref, head_repo, pr.base.ref)
+
+    async def react_eyes(self, repo: str, comment_id: int) -> None:
+        owner, name = _split(repo)
+        # GitHub answers 200 with the existing reaction on a repeat: idempotent by design.
+        await self.gh.rest.reactions.async_create_for_issue_comment(
+            owner, name, comment_id, content="eyes")
+
+    async def find_check_run(self, repo: str, sha: str, name: str, external_id: str) -> int | None:
+        owner, rname = _split(repo)
+        resp = await self.gh.rest.checks.async_list_for_ref(
+            owner, rname, sha, check_name=name, filter_="all", per_page=100)
+        for run in resp.parsed_data.check_runs:
+            if run.external_id == external_id:
+                return run.id
+        return None
+
+    async def create_check_run(self, repo: str, sha: str, name: str, external_id: str,
+                               summary: str) -> int:
+        owner, rname = _split(repo)
+        resp = await self.gh.rest.checks.async_create(
+            owner, rname, name=name, head_sha=sha, status="queued", external_id=external_id,
+            output={"title": "Queued", "summary": summary})
+        return resp.parsed_data.id
+
+    async def cancel_check_run(self, repo: str, check_run_id: int, summary: str) -> None:
+        owner, rname = _split(repo)
+        await self.gh.rest.checks.async_update(
+            owner, rname, check_run_id, status="completed", conclusion="cancelled",
+            output={"title": "Cancelled", "summary": summary})
+
+    async def has_comment_with(self, repo: str, issue: int, marker: str) -> bool:
+        owner, name = _split(repo)
+        for page in range(1, MAX_COMMENT_PAGES + 1):
+            resp = await self.gh.rest.issues.async_list_comments(
+                owner, name, issue, per_page=100, page=page)
+            comments: list[Any] = list(resp.parsed_data)
+            if any(marker in (c.body or "") for c in comments):
+                return True
+            if len(comments) < 100:
+                return False
+        return False
+
+    async def comment(self, repo: str, issue: int, body: str) -> None:
+        owner, name = _split(repo)
+        await self.gh.rest.issues.async_create_comment(owner, name, issue, body=body)

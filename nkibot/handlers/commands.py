@@ -1,0 +1,143 @@
+"""The `/nki` slash-command grammar, parsed from a comment body without I/O.
+
+    /nki convert [TARGET ...] [--turns N] [--model M] [--backend B] [--atol X] [--rtol Y]
+                 [--shape NAME=DIMSxDTYPE ...]
+    /nki help | /nki retry | /nki cancel [TARGET ...]
+
+A command counts only on its own line, outside quoted lines (`>`) and fenced code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from nkibot.jobs.model import JobOptions, ShapeOverride
+from nkibot.jobs.targets import MAX_TARGETS, TargetError, parse_shape, validate_target
+
+PREFIX = "/nki"
+MAX_COMMAND_CHARS = 2000
+MAX_TURNS = 50
+USAGE = (
+    "/nki convert [path/to/file.py::Name ...] [--turns N] [--model auto|lowering|claude|bedrock]"
+    " [--backend auto|sim|neuron] [--atol X] [--rtol Y] [--shape NAME=DIMSxDTYPE ...]\n"
+    "/nki help\n/nki retry\n/nki cancel [path/to/file.py::Name ...]"
+)
+_CHOICES = {
+    "model": ("auto", "lowering", "claude", "bedrock"),
+    "backend": ("auto", "sim", "neuron"),
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    verb: Literal["convert", "help", "retry", "cancel"]
+    targets: tuple[str, ...] = ()
+    options: JobOptions = field(default_factory=JobOptions)
+
+
+@dataclass(frozen=True)
+class CommandError:
+    """A `/nki` line that does not parse; `reason` is one line for the usage reply."""
+
+    line: str
+    reason: str
+
+
+def command_lines(body: str) -> list[str]:
+    """Lines that start with `/nki`, outside fenced code blocks and quotes."""
+    found: list[str] = []
+    fence: str | None = None
+    for raw in body.splitlines():
+        line = raw.strip()
+        if fence is not None:
+            if line.startswith(fence):
+                fence = None
+            continue
+        if line.startswith(("```", "~~~")):
+            fence = line[:3]
+            continue
+        if line.startswith(">"):
+            continue
+        if line == PREFIX or line.startswith(PREFIX + " ") or line.startswith(PREFIX + "\t"):
+            found.append(line)
+    return found
+
+
+def parse_comment(body: str) -> Command | CommandError | None:
+    """The first command in a comment (later ones are ignored), or None if there is none."""
+    lines = command_lines(body)
+    return parse_line(lines[0]) if lines else None
+
+
+def parse_line(line: str) -> Command | CommandError:
+    if len(line) > MAX_COMMAND_CHARS:
+        return CommandError(line[:80], f"the command is longer than {MAX_COMMAND_CHARS} chars")
+    tokens = line.split()[1:]
+    if not tokens or tokens[0] == "help":
+        return Command("help") if len(tokens) <= 1 else CommandError(line, "`help` takes no args")
+    verb, args = tokens[0], tokens[1:]
+    if verb == "retry":
+        return Command("retry") if not args else CommandError(line, "`retry` takes no arguments")
+    if verb not in ("convert", "cancel"):
+        return CommandError(line, f"unknown command `{verb[:40]}`")
+    try:
+        targets, options = _parse_args(args, allow_options=verb == "convert")
+    except TargetError as exc:
+        return CommandError(line, str(exc))
+    return Command(verb, targets, options)  # type: ignore[arg-type]
+
+
+def _parse_args(args: list[str], allow_options: bool) -> tuple[tuple[str, ...], JobOptions]:
+    targets: list[str] = []
+    values: dict[str, object] = {}
+    shapes: list[ShapeOverride] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if not token.startswith("--"):
+            targets.append(validate_target(token))
+            continue
+        if not allow_options:
+            raise TargetError(f"`{token[:40]}` is not allowed here")
+        name, eq, inline = token[2:].partition("=")
+        if name == "shape":
+            start = len(shapes)
+            pending = [inline] if eq else []
+            while i < len(args) and not args[i].startswith("--") and "=" in args[i]:
+                pending.append(args[i])
+                i += 1
+            shapes.extend(parse_shape(p) for p in pending)
+            if len(shapes) == start:
+                raise TargetError("`--shape` needs `NAME=DIMSxDTYPE`")
+            continue
+        if not eq:
+            if i >= len(args):
+                raise TargetError(f"`--{name[:40]}` needs a value")
+            inline, i = args[i], i + 1
+        values[name] = _option_value(name, inline)
+    if len(targets) > MAX_TARGETS:
+        raise TargetError(f"at most {MAX_TARGETS} targets per command")
+    return tuple(dict.fromkeys(targets)), JobOptions(shapes=shapes, **values)
+
+
+def _option_value(name: str, raw: str) -> object:
+    if name == "turns":
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_TURNS:
+            raise TargetError(f"`--turns` needs an integer from 1 to {MAX_TURNS}")
+        return int(raw)
+    if name in _CHOICES:
+        if raw not in _CHOICES[name]:
+            raise TargetError(f"`--{name}` is one of {', '.join(_CHOICES[name])}")
+        return raw
+    if name in ("atol", "rtol"):
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0:
+            raise TargetError(f"`--{name}` needs a non-negative number")
+        return value
+    raise TargetError(f"unknown option `--{name[:40]}`")

@@ -1,0 +1,60 @@
+"""Target (`path::Name`) and shape (`x=4x128xbf16`) syntax, validated without any I/O."""
+
+from __future__ import annotations
+
+import re
+
+from nkibot.jobs.model import ShapeOverride
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PATH_PART = re.compile(r"^[A-Za-z0-9_.\-]+$")
+DTYPES = {
+    "float32": "float32", "fp32": "float32", "f32": "float32",
+    "float16": "float16", "fp16": "float16", "f16": "float16", "half": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "int32": "int32", "int64": "int64", "int8": "int8", "uint8": "uint8", "bool": "bool",
+}
+MAX_TARGETS = 20
+MAX_DIMS = 8
+
+
+class TargetError(ValueError):
+    """A user-supplied target or shape is malformed; the message says how, in one line."""
+
+
+def validate_target(text: str) -> str:
+    """Return `path/to/file.py::Name` normalised, or raise TargetError saying what is wrong."""
+    path, sep, name = text.strip().partition("::")
+    if not sep:
+        raise TargetError(f"`{text}` is not `path/to/file.py::Name`")
+    if not _IDENT.match(name):
+        raise TargetError(f"`{name}` in `{text}` is not a Python identifier")
+    if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path):
+        raise TargetError(f"`{path}` must be relative to the repository root")
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise TargetError(f"`{path}` may not contain empty, `.` or `..` segments")
+    if not all(_PATH_PART.match(part) for part in parts):
+        raise TargetError(f"`{path}` has characters other than letters, digits, `_.-` and `/`")
+    if not path.endswith(".py"):
+        raise TargetError(f"`{path}` is not a `.py` file")
+    return f"{path}::{name}"
+
+
+def parse_shape(text: str) -> ShapeOverride:
+    """`x=4x128xbf16` -> ShapeOverride(name="x", shape=(4, 128), dtype="bfloat16")."""
+    name, sep, spec = text.partition("=")
+    if not sep or not _IDENT.match(name):
+        raise TargetError(f"`{text}` is not `NAME=DIMSxDTYPE` (for example `x=4x128xbf16`)")
+    tokens = spec.lower().split("x")
+    dtype = "float32"
+    if tokens and not tokens[-1].isdigit():
+        dtype_name = tokens.pop()
+        if dtype_name not in DTYPES:
+            raise TargetError(f"unknown dtype `{dtype_name}` in `{text}`")
+        dtype = DTYPES[dtype_name]
+    if not tokens or not all(t.isdigit() and 0 < int(t) <= 1 << 20 for t in tokens):
+        raise TargetError(f"`{spec}` needs positive integer dims like `4x128`")
+    if len(tokens) > MAX_DIMS:
+        raise TargetError(f"`{spec}` has more than {MAX_DIMS} dims")
+    return ShapeOverride(name=name, shape=tuple(int(t) for t in tokens), dtype=dtype)
