@@ -25,18 +25,26 @@ def _root() -> None:
 
 
 # --- registrations: one line per command, owned by the module it names -------------
-# from nkibot.runner.convert_cli import convert            # noqa: E402
-# app.command("convert")(convert)
-# from nkibot.runner.verify_cli import verify              # noqa: E402
-# app.command("verify")(verify)
-# from nkibot.bot.cli import dispatch, replay, serve       # noqa: E402
-# app.command("serve")(serve); app.command("dispatch")(dispatch); app.command("replay")(replay)
-# from nkibot.runner.worker_cli import runner              # noqa: E402
-# app.command("runner")(runner)
-# from nkibot.doctor import doctor                         # noqa: E402
-# app.command("doctor")(doctor)
-# from nkibot.runner.sim.cli import app as sim_app         # noqa: E402
-# app.add_typer(sim_app, name="sim")
+from nkibot.runner.convert_cli import convert  # noqa: E402
+
+app.command("convert")(convert)
+from nkibot.runner.verify_cli import verify  # noqa: E402
+
+app.command("verify")(verify)
+from nkibot.bot.cli import dispatch, replay, serve  # noqa: E402
+
+app.command("serve")(serve)
+app.command("dispatch")(dispatch)
+app.command("replay")(replay)
+from nkibot.runner.worker_cli import runner  # noqa: E402
+
+app.command("runner")(runner)
+from nkibot.doctor import doctor  # noqa: E402
+
+app.command("doctor")(doctor)
+from nkibot.runner.sim.cli import app as sim_app  # noqa: E402
+
+app.add_typer(sim_app, name="sim")
 
 
 def main() -> None:

@@ -1,0 +1,284 @@
+"""One job, from a leased Job to a completed check run, a PR and a reply.
+
+Problems a user can fix (a bad target, a path outside the repository, a reference that
+crashes) end as a failed check run plus a helpful comment; they never escape as
+exceptions. Anything else (GitHub down, a bug) propagates so the worker can retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+import structlog
+
+from nkibot.bot.gateway import GitHubGateway
+from nkibot.bot.publish import Publisher, output_paths, plan_publication
+from nkibot.bot.render import (
+    check_run_output,
+    conclusion,
+    error_comment,
+    error_output,
+    progress_output,
+    reply_comment,
+)
+from nkibot.config.repo import ConfigError, RepoConfig, load_repo_config
+from nkibot.config.settings import Settings
+from nkibot.jobs.model import Job
+from nkibot.runner.artifacts import header_line_count
+from nkibot.runner.checks import CheckRun, reply_once
+from nkibot.runner.codemod import CodemodError, integrate_dispatch
+from nkibot.runner.discovery import (
+    TargetError,
+    choose_shapes,
+    discover,
+    resolve,
+    suggest_paths,
+    triton_reference,
+)
+from nkibot.runner.progress import ProgressReporter
+from nkibot.runner.results import ConversionResult
+from nkibot.runner.task import Task, Tolerance
+from nkibot.runner.workspace import python_files, resolve_inside, workspace
+
+log = structlog.get_logger("nkibot.runner.job")
+Outcome = Literal["done", "release"]
+
+
+@dataclass
+class Timings:
+    """Seconds per stage, for logs and the throughput benchmark."""
+
+    stages: dict[str, float] = field(default_factory=dict)
+
+    _current: tuple[str, float] | None = None
+
+    def add(self, stage: str, seconds: float) -> None:
+        self.stages[stage] = self.stages.get(stage, 0.0) + seconds
+
+    def on_stage(self, stage: str) -> None:
+        """The pipeline's stage callback: time spent in each of its stages."""
+        self.end_stage()
+        self._current = (stage, time.monotonic())
+
+    def end_stage(self) -> None:
+        if self._current is not None:
+            name, since = self._current
+            self.add(name, time.monotonic() - since)
+            self._current = None
+
+
+@dataclass
+class Prepared:
+    task: Task
+    config: RepoConfig
+    reference_path: str
+    entry: str
+    kind: str  # of the reference: "module" or "function"
+    target_kind: str  # of what was asked for: "module" or "triton"
+    integrated: dict[str, str] = field(default_factory=dict)
+
+
+def _tolerance(job: Job) -> Tolerance | None:
+    atol, rtol = job.options.atol, job.options.rtol
+    if atol is None and rtol is None:
+        return None
+    return Tolerance(atol=atol if atol is not None else 1e-3, rtol=rtol if rtol is not None
+                     else 1e-3)
+
+
+async def _config(gh: Any, job: Job, root: Path) -> RepoConfig:
+    gateway = GitHubGateway(gh)
+
+    async def fetch(owner: str, repo: str, path: str) -> str | None:
+        if f"{owner}/{repo}".lower() == job.repo.lower():
+            local = root / path
+            return local.read_text("utf-8") if local.is_file() else None
+        return await gateway.read_file(owner, repo, path)
+
+    found = await load_repo_config(fetch, job.owner, job.name)
+    if isinstance(found, ConfigError):
+        raise TargetError(found.message(), "fix `.github/nki-bot.yml` and run `/nki retry`")
+    return found
+
+
+def _locate(root: Path, target: str) -> tuple[str, str, Path]:
+    path, _, name = target.rpartition("::")
+    if not path or not name:
+        raise TargetError(f"`{target}` is not `path/to/file.py::Name`")
+    file = resolve_inside(root, path)
+    if not file.is_file():
+        raise TargetError(f"`{path}` does not exist at this commit",
+                          suggest_paths(path, python_files(root)))
+    return path, name, file
+
+
+def _reference(root: Path, job: Job, config: RepoConfig, path: str, name: str, file: Path
+               ) -> tuple[str, str, Path, str]:
+    """(reference path, entry, file, kind of the requested target), Triton resolved."""
+    cand = resolve(discover(file.read_text("utf-8", errors="replace")), path, name)
+    if cand.kind != "triton":
+        return path, name, file, cand.kind
+    ref = triton_reference(job.target, config.references,
+                           triton_installed=importlib.util.find_spec("triton") is not None)
+    if ref is None:
+        raise TargetError(
+            f"`{job.target}` is a @triton.jit kernel; this runner's harness does not launch "
+            "Triton kernels itself",
+            "name a PyTorch reference for it under `references:` in `.github/nki-bot.yml`")
+    ref_path, ref_name, ref_file = _locate(root, ref)
+    resolve(discover(ref_file.read_text("utf-8", errors="replace")), ref_path, ref_name)
+    return ref_path, ref_name, ref_file, "triton"
+
+
+async def prepare(gh: Any, job: Job, root: Path, settings: Settings) -> Prepared:
+    """Config, discovery and the Task (the reference is described in the sandbox)."""
+    from nkibot.runner.taskload import TaskLoadError, load_task
+
+    config = await _config(gh, job, root)
+    path, name, file = _locate(root, job.target)
+    ref_path, entry, ref_file, kind = _reference(root, job, config, path, name, file)
+    config_shapes = next((t.shapes for t in config.targets if t.target == job.target), [])
+    shapes, origin = choose_shapes(job.options.shapes, job.issue_shapes, config_shapes)
+    try:
+        task = await asyncio.to_thread(
+            load_task, ref_file, entry, shapes=shapes or None, tolerance=_tolerance(job),
+            turns=job.options.turns, compile_timeout_s=settings.compile_timeout_s,
+            display_path=ref_path)
+    except TaskLoadError as exc:
+        raise TargetError(str(exc.args[0]) if exc.args else str(exc),
+                          getattr(exc, "hint", "") or f"input shapes came from {origin}") from exc
+    return Prepared(task, config, ref_path, entry, kind="module", target_kind=kind)
+
+
+def integration(prep: Prepared, result: ConversionResult, root: Path) -> dict[str, str]:
+    """The codemodded module for `integrate: dispatch` (module targets only)."""
+    # Only a module target is rewired; a Triton kernel's PyTorch reference is left alone.
+    if (prep.config.integrate != "dispatch" or result.kernel is None
+            or prep.target_kind != "module"):
+        return {}
+    kernel_path, _ = output_paths(result, prep.config.output_dir)
+    module_file = resolve_inside(root, prep.reference_path)
+    args = result.kernel.args
+    try:
+        text = integrate_dispatch(
+            module_file.read_text("utf-8"), class_name=prep.entry,
+            module_path=prep.reference_path, kernel_path=kernel_path,
+            function=result.kernel.function, n_inputs=sum(a.source == "input" for a in args),
+            state_keys=[a.key or a.name for a in args if a.source == "state_dict"])
+    except CodemodError as exc:
+        log.warning("integrate: dispatch skipped", reason=str(exc))
+        return {}
+    return {prep.reference_path: text}
+
+
+async def run_conversion(task: Task, settings: Settings, job: Job, *, core_id: int | None,
+                         on_turn: Callable[..., None], should_stop: Callable[[], bool],
+                         on_stage: Callable[[str], None] | None = None) -> ConversionResult:
+    from nkibot.runner.pipeline import convert
+
+    kwargs: dict[str, Any] = {}
+    accepted = inspect.signature(convert).parameters
+    # The pipeline picks the backend itself; pin the core when it accepts one.
+    if "core_id" in accepted:
+        kwargs["core_id"] = core_id
+    if "on_stage" in accepted and on_stage is not None:
+        kwargs["on_stage"] = on_stage
+    return await convert(
+        task, settings=settings, model=job.options.model or settings.model,
+        backend=job.options.backend or settings.backend, turns=job.options.turns,
+        on_turn=on_turn, should_stop=should_stop, target=job.target, **kwargs)
+
+
+async def fail_user(gh: Any, run: CheckRun, job: Job, exc: TargetError) -> None:
+    await run.complete("failure", error_output(job.target, exc.message, exc.hint))
+    await reply_once(gh, job, error_comment(job.target, exc.message, hint=exc.hint,
+                                            check_run_url=run.html_url))
+
+
+class JobRunner:
+    """Runs one job with one installation client; see the module docstring."""
+
+    def __init__(self, gh: Any, job: Job, settings: Settings, *, core_id: int | None,
+                 should_stop: Callable[[], bool], releasing: Callable[[], bool]) -> None:
+        self.gh, self.job, self.settings = gh, job, settings
+        self.core_id, self.should_stop, self.releasing = core_id, should_stop, releasing
+        self.run = CheckRun(gh, job)
+        self.timings = Timings()
+        self.result: ConversionResult | None = None
+
+    async def cancelled(self) -> None:
+        await self.run.complete("cancelled", progress_output(
+            self.job.target, None, elapsed_s=0, stage="cancelled by request"))
+
+    async def execute(self) -> Outcome:
+        job = self.job
+        await self.run.start(progress_output(job.target, None, elapsed_s=0, stage="starting"))
+        try:
+            return await self._in_workspace()
+        except TargetError as exc:
+            log.info("user-level failure", job=job.id, reason=exc.message)
+            await fail_user(self.gh, self.run, job, exc)
+            return "done"
+
+    async def _in_workspace(self) -> Outcome:
+        job, t0 = self.job, time.monotonic()
+        async with workspace(self.gh, job.repo, job.sha,
+                             max_repo_mb=self.settings.max_repo_mb) as root:
+            self.timings.add("fetch", time.monotonic() - t0)
+            t1 = time.monotonic()
+            prep = await prepare(self.gh, job, root, self.settings)
+            self.timings.add("discovery", time.monotonic() - t1)
+            reporter = ProgressReporter(self.run.progress, job.target,
+                                        interval_s=self.settings.check_run_update_interval_s,
+                                        max_turns=job.options.turns or prep.task.max_turns)
+            try:
+                if job.options.reprofile_only:
+                    result = await self._reprofile(prep)
+                else:
+                    result = await run_conversion(prep.task, self.settings, job,
+                                                  core_id=self.core_id, on_turn=reporter.on_turn,
+                                                  should_stop=self.should_stop,
+                                                  on_stage=self.timings.on_stage)
+            finally:
+                self.timings.end_stage()
+                await reporter.close()
+            self.result = result
+            if result.status == "cancelled" and self.releasing():
+                return "release"
+            prep.integrated = integration(prep, result, root)
+        await self.finish(prep, result)
+        return "done"
+
+    async def _reprofile(self, prep: Prepared) -> ConversionResult:
+        from nkibot.runner.pipeline import kernel_path
+        from nkibot.runner.reprofile import reprofile
+
+        self.timings.on_stage("reference")
+        name = PurePosixPath(kernel_path(prep.task)).name
+        path = str(PurePosixPath(prep.config.output_dir.strip("/") or ".") / name)
+        return await reprofile(self.gh, self.job, prep.task, self.settings, kernel_path=path,
+                               core_id=self.core_id)
+
+    async def finish(self, prep: Prepared, result: ConversionResult) -> None:
+        job, t0 = self.job, time.monotonic()
+        await self.run.ensure()
+        pr_url = None
+        offset = header_line_count(result, sha=job.sha, repo=job.repo) if result.kernel else 0
+        if result.status == "verified" and result.kernel is not None:
+            plan = plan_publication(
+                job, result, output_dir=prep.config.output_dir,
+                reference_path=prep.reference_path, entry=prep.entry, kind=prep.kind,
+                init_args=prep.task.init_args, integrated=prep.integrated,
+                check_run_url=self.run.html_url)
+            pr_url = (await Publisher(self.gh).publish(plan)).pr_url
+        self.timings.add("publish", time.monotonic() - t0)
+        await self.run.complete(conclusion(result), check_run_output(result, line_offset=offset))
+        await reply_once(self.gh, job, reply_comment(result, pr_url=pr_url,
+                                                     check_run_url=self.run.html_url))

@@ -1,0 +1,204 @@
+"""`nkibot runner`: workers that lease jobs and run them, one per NeuronCore.
+
+Each worker leases from the `jobs` queue, extends its lease while it works, and acks
+only when the job's results are on GitHub. SIGTERM asks every worker to finish its
+current turn and release (nack) its job for another runner. A job that keeps failing
+for reasons outside the user's control is retried with backoff; on its last attempt
+its check run is completed as failed, saying why, and the queue dead-letters it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from nkibot.bot.render import error_comment, error_output
+from nkibot.config.settings import Settings
+from nkibot.jobs.model import Job
+from nkibot.jobs.queue import Lease, Queue
+from nkibot.jobs.state import JobStateStore
+from nkibot.runner.checks import CheckRun, reply_once
+from nkibot.runner.jobrun import JobRunner, Timings
+
+log = structlog.get_logger("nkibot.runner")
+ClientFactory = Callable[[int], Any]
+#: Job states that mean nobody has told the user how the job ended.
+UNREPORTED = frozenset({None, "queued", "running"})
+#: Short wait before a job deferred for fairness becomes visible again.
+FAIRNESS_DELAY_S = 5.0
+
+
+def worker_count(settings: Settings, cores: Callable[[], int] | None = None) -> int:
+    """settings.workers, else one per NeuronCore on the host, else 1."""
+    if settings.workers:
+        return settings.workers
+    if cores is None:
+        from nkibot.runner.backends.devices import neuron_core_count
+
+        cores = neuron_core_count
+    try:
+        return max(1, cores())
+    except Exception:  # no neuron-ls, or it failed: a CPU host runs one worker
+        return 1
+
+
+def retry_delay(attempt: int) -> float:
+    return float(min(300, 5 * 2 ** max(0, attempt - 1)))
+
+
+@dataclass
+class Runner:
+    """Shared state of one runner process: queue, state store, fairness counts."""
+
+    settings: Settings
+    queue: Queue
+    state: JobStateStore
+    clients: ClientFactory
+    poll_s: float = 1.0
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    running: Counter[int] = field(default_factory=Counter)
+    completed: list[tuple[str, Timings]] = field(default_factory=list)
+
+    def stop(self) -> None:
+        """SIGTERM: finish the current turn, release the job, take no new ones."""
+        self.stopping.set()
+
+    async def serve(self, workers: int, *, exit_when_idle: bool = False) -> None:
+        await self.sweep_dead_letters()
+        await asyncio.gather(*(self.worker(core, exit_when_idle=exit_when_idle)
+                               for core in range(workers)))
+
+    async def sweep_dead_letters(self) -> int:
+        """Fail the check runs of jobs the queue buried without a worker saying why.
+
+        A runner killed on a job's last attempt cannot report; the queue then buries the
+        job at its next lease. The SQLite queue lists its dead letters, so the next runner
+        reports them (SQS's dead-letter queue is watched by an alarm instead).
+        """
+        dead_letters = getattr(self.queue, "dead_letters", None)
+        if dead_letters is None:
+            return 0
+        reported = 0
+        for letter in await asyncio.to_thread(dead_letters):
+            try:
+                job = Job.model_validate_json(letter.body)
+            except ValidationError:
+                continue
+            status = await asyncio.to_thread(self.state.status, job.id)
+            if status in UNREPORTED:
+                await self._give_up(self.clients(job.installation_id), job,
+                                    f"its runner stopped {letter.attempts} times before it "
+                                    f"finished ({letter.reason})", dead=True)
+                reported += 1
+        return reported
+
+    async def worker(self, core_id: int, *, exit_when_idle: bool = False) -> None:
+        while not self.stopping.is_set():
+            lease = await asyncio.to_thread(self.queue.lease, self.settings.lease_seconds)
+            if lease is None:
+                if exit_when_idle and self.running.total() == 0:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), self.poll_s)
+                continue
+            await self.handle(lease, core_id)
+
+    async def handle(self, lease: Lease, core_id: int) -> None:
+        try:
+            job = Job.model_validate_json(lease.body)
+        except ValidationError as exc:
+            log.error("dropping a job that does not parse", item=lease.item_id, error=str(exc))
+            await asyncio.to_thread(self.queue.ack, lease)
+            return
+        inst = job.installation_id
+        last = lease.attempt >= self.settings.max_attempts
+        if self.running[inst] >= self.settings.max_jobs_per_installation and not last:
+            log.info("deferred for fairness", job=job.id, installation=inst)
+            await asyncio.to_thread(self.queue.nack, lease, FAIRNESS_DELAY_S)
+            return
+        self.running[inst] += 1
+        try:
+            await self._with_lease(lease, job, core_id)
+        finally:
+            self.running[inst] -= 1
+
+    async def _with_lease(self, lease: Lease, job: Job, core_id: int) -> None:
+        keeper = asyncio.ensure_future(self._keep_lease(lease))
+        try:
+            outcome = await self._attempt(lease, job, core_id)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        if outcome == "release":
+            await asyncio.to_thread(self.queue.nack, lease, 0.0)
+        elif outcome == "retry":
+            await asyncio.to_thread(self.queue.nack, lease, retry_delay(lease.attempt))
+        else:
+            await asyncio.to_thread(self.queue.ack, lease)
+
+    async def _keep_lease(self, lease: Lease) -> None:
+        every = max(0.5, self.settings.lease_seconds / 3)
+        while True:
+            await asyncio.sleep(every)
+            await asyncio.to_thread(self.queue.extend, lease, self.settings.lease_seconds)
+
+    async def _attempt(self, lease: Lease, job: Job, core_id: int) -> str:
+        gh = self.clients(job.installation_id)
+        if await asyncio.to_thread(self.state.is_cancelled, job.id):
+            await JobRunner(gh, job, self.settings, core_id=core_id, should_stop=lambda: True,
+                            releasing=lambda: False).cancelled()
+            await asyncio.to_thread(self.state.set_status, job.id, "cancelled")
+            return "ack"
+        await asyncio.to_thread(self.state.set_status, job.id, "running")
+        runner = JobRunner(gh, job, self.settings, core_id=core_id,
+                           should_stop=lambda: self._should_stop(job.id),
+                           releasing=self.stopping.is_set)
+        log.info("job started", job=job.id, target=job.target, attempt=lease.attempt,
+                 core=core_id)
+        try:
+            outcome = await asyncio.wait_for(runner.execute(), self.settings.job_timeout_s)
+        except TimeoutError:
+            await self._give_up(gh, job, f"the job ran longer than the per-job limit of "
+                                f"{self.settings.job_timeout_s:g} s", dead=False, run=runner.run)
+            return "ack"
+        except Exception as exc:
+            log.exception("job attempt failed", job=job.id, attempt=lease.attempt)
+            if lease.attempt < self.settings.max_attempts and not self.stopping.is_set():
+                return "retry"
+            await self._give_up(gh, job, f"it failed {lease.attempt} times; last error: "
+                                f"{type(exc).__name__}: {exc}", dead=True, run=runner.run)
+            return "retry"  # the queue buries it: this was the last attempt
+        if outcome == "release":
+            await asyncio.to_thread(self.state.set_status, job.id, "queued")
+            return "release"
+        status = runner.result.status if runner.result is not None else "failed"
+        await asyncio.to_thread(self.state.set_status, job.id, status)
+        self.completed.append((job.id, runner.timings))
+        log.info("job finished", job=job.id, status=status, stages=runner.timings.stages)
+        return "ack"
+
+    def _should_stop(self, job_id: str) -> bool:
+        return self.stopping.is_set() or self.state.is_cancelled(job_id)
+
+    async def _give_up(self, gh: Any, job: Job, why: str, *, dead: bool,
+                       run: CheckRun | None = None) -> None:
+        """Complete the check run as failed and say why (best effort: GitHub may be down)."""
+        message = f"nkibot gave up on this job: {why}"
+        hint = ("Comment `/nki retry` to try again." if not dead else
+                "It was moved to the dead-letter queue; comment `/nki retry` to try again.")
+        run = run or CheckRun(gh, job)
+        try:
+            await run.complete("failure", error_output(job.target, message, hint))
+            await reply_once(gh, job, error_comment(job.target, message, hint=hint,
+                                                    check_run_url=run.html_url))
+        except Exception:
+            log.exception("could not report the failure on GitHub", job=job.id)
+        await asyncio.to_thread(self.state.set_status, job.id, "dead" if dead else "failed")
