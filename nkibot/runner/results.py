@@ -98,6 +98,9 @@ class ProfileResult(BaseModel):
     torch_cpu: Latency | None = None
     speedup_vs_device: float | None = None
     speedup_vs_cpu: float | None = None
+    #: NeuronCore execution time alone (device tracing, no host transfer), when the SDK
+    #: offers it; `kernel` and the baselines are host wall clock per call, like for like.
+    kernel_device_time: Latency | None = None
     #: Simulator instruction counts / DMA bytes, when the simulator ran it.
     sim_stats: dict[str, object] = Field(default_factory=dict)
     log: str = ""
