@@ -1,0 +1,28 @@
+# category: activations
+"""HardTanh clamped to [-1, 1]."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """HardTanh clamped to [-1, 1]."""
+
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x):
+        return F.hardtanh(x, min_val=-1.0, max_val=1.0)
+
+batch_size = 300
+dim = 512
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

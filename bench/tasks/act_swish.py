@@ -1,0 +1,28 @@
+# category: activations
+"""Swish: x * sigmoid(x)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """Swish: x * sigmoid(x)."""
+
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+batch_size = 300
+dim = 512
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

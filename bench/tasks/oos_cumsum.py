@@ -1,0 +1,28 @@
+# category: out_of_scope
+"""Cumulative sum along dim 1."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """Cumulative sum along dim 1."""
+
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x):
+        return torch.cumsum(x, dim=1)
+
+batch_size = 300
+dim = 512
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

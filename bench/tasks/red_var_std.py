@@ -1,0 +1,28 @@
+# category: reductions
+"""Unbiased variance plus standard deviation over the last dim."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """Unbiased variance plus standard deviation over the last dim."""
+
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x):
+        return torch.var(x, dim=-1) + torch.std(x, dim=-1)
+
+batch_size = 300
+dim = 512
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

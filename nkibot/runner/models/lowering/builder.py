@@ -1,0 +1,113 @@
+"""A tiny source builder: indented lines, fresh names, and the nki spellings we use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PMAX = 128  # nl.tile_size.pmax: partitions per tile
+
+NL_DTYPES = {
+    "float32": "nl.float32", "bfloat16": "nl.bfloat16", "float16": "nl.float16",
+    "int8": "nl.int8", "int16": "nl.int16", "int32": "nl.int32", "uint8": "nl.uint8",
+    "bool": "nl.uint8", "int64": "nl.int32",
+}
+
+
+def nl_dtype(dtype: str) -> str:
+    return NL_DTYPES.get(dtype, "nl.float32")
+
+
+@dataclass
+class Block:
+    """Lines of one function body (or the module), with the current indent."""
+
+    lines: list[str] = field(default_factory=list)
+    depth: int = 0
+
+    def line(self, text: str = "") -> None:
+        self.lines.append(("    " * self.depth + text) if text else "")
+
+    def comment(self, text: str) -> None:
+        self.line(f"# {text}")
+
+    def indent(self) -> None:
+        self.depth += 1
+
+    def dedent(self) -> None:
+        self.depth -= 1
+
+
+@dataclass
+class Names:
+    """Fresh identifiers, never repeating one already handed out."""
+
+    taken: set[str] = field(default_factory=set)
+
+    def fresh(self, base: str) -> str:
+        name, n = base, 1
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+
+def ds(start: str, size: int | str) -> str:
+    """An index expression: a static slice where possible, nl.ds otherwise."""
+    if start.isdigit() and isinstance(size, int):
+        return f"{start}:{int(start) + size}"
+    return f"nl.ds({start}, {size})"
+
+
+def offset(base: str, extra: int) -> str:
+    if extra == 0:
+        return base
+    if base.isdigit():
+        return str(int(base) + extra)
+    return f"{base} + {extra}"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One tiled dimension of a launch grid: loop variable, extent and tile size."""
+
+    var: str
+    extent: int
+    tile: int
+
+    @property
+    def full(self) -> int:
+        return self.extent // self.tile
+
+    @property
+    def rem(self) -> int:
+        return self.extent % self.tile
+
+
+def emit_grid(block: Block, axes: list[Axis], call: str, loop: str,
+              bound: dict[str, tuple[str, int]] | None = None) -> None:
+    """Nested loops over full tiles plus one static remainder per axis.
+
+    `call` is formatted with `{var}0` (start expression) and `{var}sz` (static size) for
+    every axis. Remainders are separate calls with constant bounds, so no `min()` is
+    ever computed on a loop variable.
+    """
+    bound = dict(bound or {})
+    if not axes:
+        fields = {}
+        for var, (start, size) in bound.items():
+            fields[f"{var}0"], fields[f"{var}sz"] = start, str(size)
+        block.line(call.format(**fields))
+        return
+    axis, rest = axes[0], axes[1:]
+    if axis.full == 1:
+        emit_grid(block, rest, call, loop, {**bound, axis.var: ("0", axis.tile)})
+    elif axis.full > 1:
+        block.line(f"for {axis.var} in nl.{loop}({axis.full}):")
+        block.indent()
+        emit_grid(block, rest, call, loop, {**bound, axis.var: (f"{axis.var} * {axis.tile}",
+                                                               axis.tile)})
+        block.dedent()
+    if axis.rem:
+        emit_grid(block, rest, call, loop,
+                  {**bound, axis.var: (str(axis.full * axis.tile), axis.rem)})
