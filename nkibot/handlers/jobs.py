@@ -68,7 +68,8 @@ def retried(job: Job, inc: Incoming, facts: Facts, action: str, default_turns: i
     """The next generation of `job`: same target and thread, the newest SHA, adjusted options."""
     options = job.options.model_copy()
     if action == "retry_more_turns":
-        options.turns = min(MAX_TURNS, 2 * (options.turns or default_turns))
+        # The check run's button says "Retry +5 turns": add five, capped.
+        options.turns = min(MAX_TURNS, (options.turns or default_turns) + 5)
     options.reprofile_only = action == "reprofile"
     old = job.trigger
     trigger = old.model_copy(update={

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -183,17 +182,11 @@ async def run_conversion(task: Task, settings: Settings, job: Job, *, core_id: i
                          on_stage: Callable[[str], None] | None = None) -> ConversionResult:
     from nkibot.runner.pipeline import convert
 
-    kwargs: dict[str, Any] = {}
-    accepted = inspect.signature(convert).parameters
-    # The pipeline picks the backend itself; pin the core when it accepts one.
-    if "core_id" in accepted:
-        kwargs["core_id"] = core_id
-    if "on_stage" in accepted and on_stage is not None:
-        kwargs["on_stage"] = on_stage
     return await convert(
         task, settings=settings, model=job.options.model or settings.model,
         backend=job.options.backend or settings.backend, turns=job.options.turns,
-        on_turn=on_turn, should_stop=should_stop, target=job.target, **kwargs)
+        on_turn=on_turn, should_stop=should_stop, target=job.target, on_stage=on_stage,
+        core_id=core_id)
 
 
 async def fail_user(gh: Any, run: CheckRun, job: Job, exc: TargetError) -> None:

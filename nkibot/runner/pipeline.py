@@ -93,8 +93,12 @@ async def convert(
     target: str | None = None,
     on_stage: Stage | None = None,
     bedrock_available: bool | None = None,
+    core_id: int | None = None,
 ) -> ConversionResult:
-    """Convert one task; see the module docstring for the failure contract."""
+    """Convert one task; see the module docstring for the failure contract.
+
+    `core_id` pins the neuron backend's children to one NeuronCore (one runner worker each).
+    """
     from nkibot.runner.backends.select import select_backend
 
     started = time.monotonic()
@@ -105,7 +109,8 @@ async def convert(
         return _failed(task, name, started, f"unknown backend {backend!r}: use auto, sim or neuron")
     try:
         kb: KernelBackend = select_backend(
-            backend, compile_timeout_s=settings.compile_timeout_s)  # type: ignore[arg-type]
+            backend, core_id=core_id,  # type: ignore[arg-type]
+            compile_timeout_s=settings.compile_timeout_s)
     except Exception as exc:  # a missing device or SDK is a user-level failure
         return _failed(task, name, started, f"kernel backend {backend!r} unavailable: {exc}")
     try:

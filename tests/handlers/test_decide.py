@@ -175,7 +175,7 @@ class TestDecide:
         assert decide(comment("/nki cancel"), facts(), POLICY).cancel == ()
 
     @pytest.mark.parametrize(("action", "turns", "reprofile"), [
-        ("retry", 4, False), ("retry_more_turns", 8, False), ("reprofile", 4, True)])
+        ("retry", 4, False), ("retry_more_turns", 9, False), ("reprofile", 4, True)])
     def test_check_run_actions(self, action: str, turns: int, reprofile: bool) -> None:
         """Check-run buttons retry the recorded job: same, with more turns, or reprofile only."""
         run = from_fixture("check_run_requested_action")
