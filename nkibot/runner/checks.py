@@ -87,6 +87,24 @@ class CheckRun:
             await self._update(output=output.payload(batch))
 
 
+async def cancelled_on_github(gh: Any, job: Job) -> bool:
+    """True when the job's check run was completed as cancelled (by `/nki cancel`).
+
+    The check run is the one record the dispatcher and every runner host share, so a
+    cancel reaches a runner on another machine without a shared database. Any error
+    reading it counts as "not cancelled": the local flag and later polls still apply.
+    """
+    if job.check_run_id is None:
+        return False
+    owner, name = job.repo.split("/", 1)
+    try:
+        resp = await gh.rest.checks.async_get(owner, name, job.check_run_id)
+    except Exception:  # GitHub unavailable: keep working, poll again later
+        return False
+    run = resp.parsed_data
+    return bool(run.status == "completed" and run.conclusion == "cancelled")
+
+
 async def reply_once(gh: Any, job: Job, body: str, max_pages: int = 10) -> bool:
     """Comment on the trigger's thread unless this job's reply is already there."""
     number = job.trigger.issue_number

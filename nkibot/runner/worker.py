@@ -24,7 +24,7 @@ from nkibot.config.settings import Settings
 from nkibot.jobs.model import Job
 from nkibot.jobs.queue import Lease, Queue
 from nkibot.jobs.state import JobStateStore
-from nkibot.runner.checks import CheckRun, reply_once
+from nkibot.runner.checks import CheckRun, cancelled_on_github, reply_once
 from nkibot.runner.jobrun import JobRunner, Timings
 
 log = structlog.get_logger("nkibot.runner")
@@ -152,14 +152,17 @@ class Runner:
 
     async def _attempt(self, lease: Lease, job: Job, core_id: int) -> str:
         gh = self.clients(job.installation_id)
-        if await asyncio.to_thread(self.state.is_cancelled, job.id):
+        if (await asyncio.to_thread(self.state.is_cancelled, job.id)
+                or await cancelled_on_github(gh, job)):
             await JobRunner(gh, job, self.settings, core_id=core_id, should_stop=lambda: True,
                             releasing=lambda: False).cancelled()
             await asyncio.to_thread(self.state.set_status, job.id, "cancelled")
             return "ack"
         await asyncio.to_thread(self.state.set_status, job.id, "running")
+        remote = asyncio.Event()
+        watcher = asyncio.ensure_future(self._watch_cancel(gh, job, remote))
         runner = JobRunner(gh, job, self.settings, core_id=core_id,
-                           should_stop=lambda: self._should_stop(job.id),
+                           should_stop=lambda: remote.is_set() or self._should_stop(job.id),
                            releasing=self.stopping.is_set)
         log.info("job started", job=job.id, target=job.target, attempt=lease.attempt,
                  core=core_id)
@@ -176,6 +179,8 @@ class Runner:
             await self._give_up(gh, job, f"it failed {lease.attempt} times; last error: "
                                 f"{type(exc).__name__}: {exc}", dead=True, run=runner.run)
             return "retry"  # the queue buries it: this was the last attempt
+        finally:
+            watcher.cancel()
         if outcome == "release":
             await asyncio.to_thread(self.state.set_status, job.id, "queued")
             return "release"
@@ -184,6 +189,14 @@ class Runner:
         self.completed.append((job.id, runner.timings))
         log.info("job finished", job=job.id, status=status, stages=runner.timings.stages)
         return "ack"
+
+    async def _watch_cancel(self, gh: Any, job: Job, flag: asyncio.Event) -> None:
+        """Poll the job's check run so a cancel made on another host stops this one."""
+        every = max(1.0, self.settings.check_run_update_interval_s)
+        while not flag.is_set():
+            await asyncio.sleep(every)
+            if await cancelled_on_github(gh, job):
+                flag.set()
 
     def _should_stop(self, job_id: str) -> bool:
         return self.stopping.is_set() or self.state.is_cancelled(job_id)

@@ -64,3 +64,23 @@ class TestClaudeFlow:
         assert len(anthropic_double.requests) == 1  # no second turn
         assert not stack.pulls()
         assert stack.replies()[-1].startswith("⏹️ Act: conversion cancelled")
+
+    def test_cancel_from_another_host_reaches_the_runner(
+            self, stack: Stack, anthropic_double: AnthropicDouble, tmp_path: Path) -> None:
+        """A cancel handled by the service on another host stops the run via its check run."""
+
+        def cancel_then_fail(_body: dict[str, Any]) -> dict[str, Any]:
+            stack.comment("/nki cancel", comment_id=9002)
+            stack.dispatch()
+            return tool_reply("verify_kernel", {"code": BROKEN})
+
+        anthropic_double.enqueue(cancel_then_fail)
+        stack.comment(COMMAND)
+        stack.dispatch()
+        # The runner keeps its own job-state file: it cannot see the service's cancel flag.
+        stack.run_jobs(state_path=tmp_path / "runner-host-state.db", **claude(stack,
+                                                                           anthropic_double))
+        (run,) = stack.check_runs()
+        assert run["status"] == "completed" and run["conclusion"] == "cancelled"
+        assert len(anthropic_double.requests) == 1  # stopped at the turn boundary
+        assert not stack.pulls()

@@ -320,3 +320,23 @@ class TestHelpers:
         assert len(sent) == 2
         assert sent[0].startswith("M: turn 1") and sent[1].startswith("M: turn 3")
         assert due(10.0, None, 5.0) and not due(10.0, 8.0, 5.0)
+
+
+class TestCancelAcrossHosts:
+    def test_cancel_recorded_on_github_stops_a_queued_job(
+            self, github_double: GitHubDouble, github_settings: Settings) -> None:
+        """A check run completed as cancelled elsewhere keeps the job from starting here."""
+        sha = seed(github_double)
+        runner = runner_for(github_settings)
+        gh = installation_client(runner.settings, INSTALLATION)
+        created = gh.rest.checks.create("octo", "models", name="nkibot: src/norm.py::RMSNorm",
+                                        head_sha=sha, status="queued", external_id="j1")
+        run_id = created.parsed_data.id
+        gh.rest.checks.update("octo", "models", run_id, status="completed",
+                              conclusion="cancelled")
+        # This runner's own state store knows nothing of the cancel (another host's dispatcher).
+        enqueue(runner, make_job(sha, check_run_id=run_id))
+        drain(runner)
+        assert not github_double.calls_to("GET", "/tarball/")
+        assert only_run(github_double)["conclusion"] == "cancelled"
+        assert runner.state.status("j1") == "cancelled"
