@@ -133,6 +133,14 @@ class SqliteQueue:
                 (time.time() + delay, seq),
             )
 
+    def release(self, lease: Lease, delay: float = 0.0) -> None:
+        with self._tx() as cur:
+            cur.execute(
+                f"UPDATE {self._table} SET attempts=MAX(attempts-1, 0), token=NULL,"  # noqa: S608
+                " visible_at=? WHERE key=? AND token=?",
+                (time.time() + delay, lease.item_id, lease.token),
+            )
+
     def extend(self, lease: Lease, timeout: float) -> None:
         with self._tx() as cur:
             cur.execute(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -95,6 +96,23 @@ class SqsQueue:
 
     def nack(self, lease: Lease, delay: float = 0.0) -> None:
         self._visibility(lease, delay)
+
+    def release(self, lease: Lease, delay: float = 0.0) -> None:
+        """Re-send a fresh copy at the back of the group, then delete the leased one.
+
+        SQS cannot un-count a receive, and FIFO queues take no per-message delay, so a
+        new message (its own dedupe id, receive count zero) is how an unworked item goes
+        back without drifting toward the dead-letter queue. `delay` is not applied: the
+        copy queues behind the group's other items, which is what a deferral wants.
+        """
+        self.client.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=base64.b64encode(lease.body).decode("ascii"),
+            MessageGroupId=self.group_id,
+            MessageDeduplicationId=f"{lease.item_id[:90]}:r{uuid.uuid4().hex[:32]}",
+            MessageAttributes={_KEY_ATTR: {"DataType": "String", "StringValue": lease.item_id}},
+        )
+        self.ack(lease)
 
     def extend(self, lease: Lease, timeout: float) -> None:
         self._visibility(lease, timeout)

@@ -17,7 +17,12 @@ from typing import Any
 import numpy as np
 
 from nkibot.runner.harness import error_dict
-from nkibot.runner.harness_protocol import load_array, random_array, save_array
+from nkibot.runner.harness_protocol import (
+    load_array,
+    random_array,
+    save_array,
+    to_kernel_dtype,
+)
 
 
 def _import_kernel(path: Path, function: str) -> Any:
@@ -64,8 +69,11 @@ def _trial_arrays(request: dict[str, Any]) -> list[list[np.ndarray[Any, Any]]]:
     if "random" in request:
         rng = np.random.default_rng(int(request["random"].get("seed", 0)))
         specs = request["random"]["specs"]
-        return [[random_array(list(s["shape"]), str(s["dtype"]), rng) for s in specs]]
-    return [[load_array(d) for d in trial["inputs"]] + state for trial in request["trials"]]
+        trials = [[random_array(list(s["shape"]), str(s["dtype"]), rng) for s in specs]]
+    else:
+        trials = [[load_array(d) for d in trial["inputs"]] + state
+                  for trial in request["trials"]]
+    return [[to_kernel_dtype(a) for a in arrays] for arrays in trials]
 
 
 def _same(a: list[np.ndarray[Any, Any]], b: list[np.ndarray[Any, Any]]) -> bool:

@@ -76,3 +76,15 @@ def random_array(shape: list[int], dtype: str, rng: np.random.Generator) -> np.n
     if is_float(dtype):
         return rng.standard_normal(shape, dtype=np.float32).astype(target)
     return rng.integers(0, 16, size=shape).astype(target)
+
+
+def to_kernel_dtype(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """NKI has no 64-bit integers: int64 tensors (class indices, BatchNorm's
+    num_batches_tracked) reach kernels as int32. Values outside int32 are refused."""
+    if array.dtype != np.int64:
+        return array
+    info = np.iinfo(np.int32)
+    if array.size and (array.min() < info.min or array.max() > info.max):
+        raise ValueError("an int64 input holds values outside int32, which NKI kernels "
+                         "cannot take")
+    return array.astype(np.int32)

@@ -6,6 +6,8 @@ from a KernelBench-style file or an explicit spec lives in `nkibot.runner.tasklo
 Kernel calling convention (fixed; recorded in every result): the generated
 `@nki.jit` function takes the forward's tensor inputs in order, then the module's
 parameters and buffers in `state_dict()` order, as arrays, and returns the output(s).
+int64 tensors (class indices, BatchNorm's `num_batches_tracked`) arrive as int32: NKI
+has no 64-bit integers.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ FLOAT_DTYPES: frozenset[str] = frozenset(
 
 CALLING_CONVENTION = (
     "kernel(*forward_inputs, *state_dict_tensors) -> output | tuple[outputs]: "
-    "forward's tensor inputs in order, then parameters and buffers in state_dict() order"
+    "forward's tensor inputs in order, then parameters and buffers in state_dict() order; "
+    "int64 tensors arrive as int32 (NKI has no 64-bit integers)"
 )
 
 

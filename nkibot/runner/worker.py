@@ -2,7 +2,7 @@
 
 Each worker leases from the `jobs` queue, extends its lease while it works, and acks
 only when the job's results are on GitHub. SIGTERM asks every worker to finish its
-current turn and release (nack) its job for another runner. A job that keeps failing
+current turn and release its job (uncounted) for another runner. A job that keeps failing
 for reasons outside the user's control is retried with backoff; on its last attempt
 its check run is completed as failed, saying why, and the queue dead-letters it.
 """
@@ -118,10 +118,10 @@ class Runner:
             await asyncio.to_thread(self.queue.ack, lease)
             return
         inst = job.installation_id
-        last = lease.attempt >= self.settings.max_attempts
-        if self.running[inst] >= self.settings.max_jobs_per_installation and not last:
+        if self.running[inst] >= self.settings.max_jobs_per_installation:
             log.info("deferred for fairness", job=job.id, installation=inst)
-            await asyncio.to_thread(self.queue.nack, lease, FAIRNESS_DELAY_S)
+            # A deferral is not an attempt: release() gives the job back uncounted.
+            await asyncio.to_thread(self.queue.release, lease, FAIRNESS_DELAY_S)
             return
         self.running[inst] += 1
         try:
@@ -138,7 +138,7 @@ class Runner:
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
         if outcome == "release":
-            await asyncio.to_thread(self.queue.nack, lease, 0.0)
+            await asyncio.to_thread(self.queue.release, lease, 0.0)
         elif outcome == "retry":
             await asyncio.to_thread(self.queue.nack, lease, retry_delay(lease.attempt))
         else:

@@ -77,6 +77,19 @@ class TestSqliteQueue:
         queue.nack(again)
         assert queue.lease(10) is None and len(queue.dead_letters()) == 1
 
+    def test_release_does_not_use_an_attempt(self, queue: SqliteQueue) -> None:
+        """release gives an unworked item back after its delay without counting an attempt."""
+        queue.put(b"x", "k")
+        for _ in range(3):  # more than max_attempts=2
+            lease = queue.lease(30)
+            assert lease is not None and lease.attempt == 1
+            queue.release(lease)
+        lease = queue.lease(30)
+        assert lease is not None
+        queue.release(lease, delay=60)
+        assert queue.lease(30) is None  # hidden for the delay
+        assert queue.dead_letters() == []
+
     def test_extend_keeps_the_lease(self, queue: SqliteQueue) -> None:
         """extend pushes the visibility timeout out so nobody else gets the item."""
         queue.put(b"x", "k")

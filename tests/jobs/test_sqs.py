@@ -71,6 +71,18 @@ class TestSqsQueue:
         second = sqs.lease(30)
         assert second is not None and second.attempt == 2
 
+    def test_release_gives_the_item_back_uncounted(self, sqs: SqsQueue) -> None:
+        """release re-queues an unworked item as a fresh message: no receive is counted."""
+        sqs.put(b"deferred", "d")
+        for _ in range(3):  # more releases than the redrive policy's receive limit
+            lease = sqs.lease(30)
+            assert lease is not None and lease.attempt == 1 and lease.item_id == "d"
+            sqs.release(lease)
+        lease = sqs.lease(30)
+        assert lease is not None and lease.body == b"deferred" and lease.attempt == 1
+        sqs.ack(lease)
+        assert sqs.lease(30) is None
+
     def test_redrive_moves_to_dead_letter_queue(self, sqs: SqsQueue) -> None:
         """After maxReceiveCount receives the redrive policy moves the message to the DLQ."""
         sqs.put(b"poison", "p")

@@ -217,6 +217,8 @@ class TestQueueBehaviour:
         assert runner.queue.depth() == 1 and runner.state.status("j1") == "queued"
         assert only_run(github_double)["status"] == "in_progress"
         assert not github_double.repo(REPO).pulls
+        again = runner.queue.lease(60)
+        assert again is not None and again.attempt == 1  # a release uses no attempt
 
     def test_fairness_defers_a_busy_installation(self, github_double: GitHubDouble,
                                                  github_settings: Settings) -> None:
