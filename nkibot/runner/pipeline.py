@@ -143,9 +143,10 @@ async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started
         return _failed(task, name, started, f"the reference could not be run: {exc}",
                        backend=kb.name, hardware=kb.is_hardware, model=router.models_used())
     stage("loop")
-    outcome = await run_loop(task, router=router, backend=kb, reference=reference,
-                             settings=settings, on_turn=on_turn, should_stop=should_stop,
-                             kernel_args=args, max_turns=turns or task.max_turns)
+    with reference:  # its trial arrays live in temporary directories: remove them after
+        outcome = await run_loop(task, router=router, backend=kb, reference=reference,
+                                 settings=settings, on_turn=on_turn, should_stop=should_stop,
+                                 kernel_args=args, max_turns=turns or task.max_turns)
     profile = await _profile(kb, task, outcome, stage)
     return _assemble(task, name, kb, outcome, args, profile, started)
 

@@ -147,7 +147,7 @@ class TestJobsLifecycle:
         return job
 
     async def test_check_run_action_retries_with_more_turns(self, bot: Bot) -> None:
-        """The `retry_more_turns` button enqueues generation 1 with doubled turns."""
+        """The `retry_more_turns` button enqueues generation 1 with five more turns."""
         head = bot.double.repo(REPO).refs["heads/swiglu"]
 
         def ours(payload: dict[str, Any]) -> None:
@@ -157,7 +157,7 @@ class TestJobsLifecycle:
         bot.deliver("check_run_requested_action", ours)
         await bot.drain()
         (job,) = bot.queued_jobs()
-        assert (job.generation, job.options.turns, job.sha) == (1, 8, head)
+        assert (job.generation, job.options.turns, job.sha) == (1, 9, head)
         assert job.id != old.id and job.trigger.issue_number == 2
         assert len(bot.double.check_runs_of(REPO)) == 1
 
