@@ -1,0 +1,26 @@
+"""Arrays cross the harness boundary in dtypes NKI kernels can take."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nkibot.runner.harness_protocol import to_kernel_dtype
+
+
+class TestToKernelDtype:
+    def test_int64_becomes_int32_with_values_kept(self) -> None:
+        """Class indices and counters (int64 in PyTorch) reach kernels as int32."""
+        out = to_kernel_dtype(np.array([0, 3, -7, 2**31 - 1], dtype=np.int64))
+        assert out.dtype == np.int32
+        assert out.tolist() == [0, 3, -7, 2**31 - 1]
+
+    def test_other_dtypes_pass_through_untouched(self) -> None:
+        """Floats and narrower integers are the same object, not a copy."""
+        for array in (np.ones(3, np.float32), np.ones(3, np.int32), np.ones(3, np.uint8)):
+            assert to_kernel_dtype(array) is array
+
+    def test_values_outside_int32_are_refused(self) -> None:
+        """An int64 value that int32 cannot hold is an error, never silently wrapped."""
+        with pytest.raises(ValueError, match="outside int32"):
+            to_kernel_dtype(np.array([2**40], dtype=np.int64))
