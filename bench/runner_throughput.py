@@ -31,7 +31,8 @@ from nkibot.jobs.factory import open_job_state, open_queue  # noqa: E402
 from nkibot.jobs.model import Job, Trigger  # noqa: E402
 from nkibot.logging import configure  # noqa: E402
 from nkibot.runner.worker import Runner  # noqa: E402
-from tests.fakes.github import GitHubDouble, ServerThread  # noqa: E402
+from tests.fakes.github import GitHubDouble  # noqa: E402
+from tests.fakes.server import ServerThread  # noqa: E402
 
 NORM = (ROOT / "tests" / "fixtures" / "repos" / "models" / "src" / "models" / "norm.py")
 STAGES = ("fetch", "discovery", "reference", "loop", "profile", "publish")

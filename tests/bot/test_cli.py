@@ -14,8 +14,8 @@ from nkibot.cli import app
 from nkibot.config.settings import Settings
 from nkibot.jobs.sqlite import SqliteQueue
 from tests.bot.conftest import REPO, Bot
-from tests.fakes.github import ServerThread
 from tests.fakes.github_fixtures import TEST_WEBHOOK_SECRET, WEBHOOK_FIXTURES, load_webhook
+from tests.fakes.server import ServerThread
 
 
 class TestReplay:

@@ -19,8 +19,9 @@ from nkibot.bot.github import installation_client
 from nkibot.config.settings import Settings
 from nkibot.jobs.factory import open_job_state, open_named_queue
 from nkibot.runner.worker import Runner
-from tests.fakes.github import GitHubDouble, ServerThread
+from tests.fakes.github import GitHubDouble
 from tests.fakes.github_fixtures import load_webhook, signed_headers
+from tests.fakes.server import ServerThread
 
 REPO = "acme/models"
 INSTALLATION = 7

@@ -10,14 +10,12 @@ sent. Every request is recorded with its headers. Both auth styles are accepted:
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -181,27 +179,3 @@ def build_app(double: AnthropicDouble) -> FastAPI:
         return JSONResponse(body, status_code=status)
 
     return app
-
-
-class ServerThread:
-    """uvicorn serving an app on 127.0.0.1:<ephemeral port> in a background thread."""
-
-    def __init__(self, app: FastAPI) -> None:
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                lifespan="off", ws="none")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the Anthropic double did not start")
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)

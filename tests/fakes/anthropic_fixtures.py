@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fakes.anthropic import AnthropicDouble, ServerThread, build_app
+from tests.fakes.anthropic import AnthropicDouble, build_app
+from tests.fakes.server import ServerThread
 
 
 @pytest.fixture

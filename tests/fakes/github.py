@@ -17,7 +17,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import jwt
-import uvicorn
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -205,27 +204,3 @@ class GitHubDouble:
         fault = self.faults.pop(0)
         return JSONResponse({"message": fault.message, "documentation_url": "https://docs.github.com"},
                             status_code=fault.status, headers=fault.headers)
-
-
-class ServerThread:
-    """uvicorn serving an ASGI app on 127.0.0.1:<ephemeral port> in a daemon thread."""
-
-    def __init__(self, app: Any) -> None:
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                lifespan="off", ws="none", interface="asgi3")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the GitHub double did not start")
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)

@@ -13,7 +13,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from githubkit.webhooks import sign
 
 from nkibot.config.settings import Settings
-from tests.fakes.github import GitHubDouble, ServerThread
+from tests.fakes.github import GitHubDouble
+from tests.fakes.server import ServerThread
 
 TEST_APP_ID = 4242
 TEST_WEBHOOK_SECRET = "test-webhook-secret"
