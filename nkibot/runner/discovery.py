@@ -211,6 +211,47 @@ def choose_shapes(command: list[ShapeOverride], issue: list[ShapeOverride],
     return [], "get_inputs()"
 
 
+def _launches(node: cst.CSTNode, kernel_name: str) -> bool:
+    """True when `node` contains `kernel_name[grid](...)`."""
+    launch = m.Call(func=m.Subscript(value=m.Name(kernel_name)))
+    return bool(m.findall(node, launch))
+
+
+def _launcher_rank(name: str, kernel_name: str) -> int:
+    """0 for a KernelBench-style name of the kernel's operation (`add`, `triton_add`), else 1."""
+    op = kernel_name.removesuffix("_kernel").removeprefix("_").removeprefix("triton_")
+    styled = {op, f"triton_{op}", f"{op}_triton", f"{op}_fwd", f"{op}_forward"}
+    return 0 if name.lstrip("_") in styled else 1
+
+
+def triton_launchers(source: str, kernel_name: str) -> list[str]:
+    """Top-level plain functions that launch `kernel_name[grid](...)`, preferred first.
+
+    A KernelBench-style name (the kernel's name without `_kernel`, optionally prefixed
+    `triton_`) comes first; otherwise source order.
+    """
+    module = cst.parse_module(source)
+    triton_jit = _imports(module)[0]
+    found = [stmt.name.value for stmt in module.body
+             if isinstance(stmt, cst.FunctionDef)
+             and not {dotted(d.decorator) for d in stmt.decorators} & triton_jit
+             and stmt.name.value not in ("get_inputs", "get_init_inputs")
+             and _launches(stmt, kernel_name)]
+    return sorted(found, key=lambda name: _launcher_rank(name, kernel_name))
+
+
+def triton_launcher(source: str, kernel_name: str, path: str) -> str:
+    """The launcher to run as the Triton kernel's reference, or TargetError saying what to add."""
+    found = triton_launchers(source, kernel_name)
+    if found:
+        return found[0]
+    raise TargetError(
+        f"`{kernel_name}` in `{path}` is a @triton.jit kernel, and no function in that file "
+        f"launches it (`{kernel_name}[grid](...)`)",
+        "add a plain function that takes the input tensors, launches the kernel and returns "
+        "its output, or " + _reference_yaml(f"{path}::{kernel_name}"))
+
+
 def triton_reference(target: str, references: dict[str, str], *,
                      triton_installed: bool) -> str | None:
     """The PyTorch reference for a Triton target, None for Triton's interpreter, or raise."""
@@ -221,5 +262,9 @@ def triton_reference(target: str, references: dict[str, str], *,
     raise TargetError(
         f"`{target}` is a @triton.jit kernel, and this runner has no `triton` to run it on "
         "Triton's CPU interpreter",
-        "name a PyTorch reference for it in `.github/nki-bot.yml`:\n\n```yaml\nreferences:\n"
-        f"  {target}: path/to/reference.py::Module\n```")
+        _reference_yaml(target))
+
+
+def _reference_yaml(target: str) -> str:
+    return ("name a PyTorch reference for it in `.github/nki-bot.yml`:\n\n```yaml\n"
+            f"references:\n  {target}: path/to/reference.py::Module\n```")

@@ -39,6 +39,7 @@ from nkibot.runner.discovery import (
     discover,
     resolve,
     suggest_paths,
+    triton_launcher,
     triton_reference,
 )
 from nkibot.runner.progress import ProgressReporter
@@ -79,7 +80,7 @@ class Prepared:
     config: RepoConfig
     reference_path: str
     entry: str
-    kind: str  # of the reference: "module" or "function"
+    kind: str  # of the reference: "module", "function" or "triton" (a launcher)
     target_kind: str  # of what was asked for: "module" or "triton"
     integrated: dict[str, str] = field(default_factory=dict)
 
@@ -121,16 +122,17 @@ def _locate(root: Path, target: str) -> tuple[str, str, Path]:
 def _reference(root: Path, job: Job, config: RepoConfig, path: str, name: str, file: Path
                ) -> tuple[str, str, Path, str]:
     """(reference path, entry, file, kind of the requested target), Triton resolved."""
-    cand = resolve(discover(file.read_text("utf-8", errors="replace")), path, name)
+    source = file.read_text("utf-8", errors="replace")
+    cand = resolve(discover(source), path, name)
     if cand.kind != "triton":
         return path, name, file, cand.kind
     ref = triton_reference(job.target, config.references,
                            triton_installed=importlib.util.find_spec("triton") is not None)
     if ref is None:
-        raise TargetError(
-            f"`{job.target}` is a @triton.jit kernel; this runner's harness does not launch "
-            "Triton kernels itself",
-            "name a PyTorch reference for it under `references:` in `.github/nki-bot.yml`")
+        # No configured reference: the kernel itself, run through its launcher on Triton's
+        # CPU interpreter (load_task runs the launcher; a file without one is refused here).
+        triton_launcher(source, name, path)
+        return path, name, file, "triton"
     ref_path, ref_name, ref_file = _locate(root, ref)
     resolve(discover(ref_file.read_text("utf-8", errors="replace")), ref_path, ref_name)
     return ref_path, ref_name, ref_file, "triton"
@@ -153,7 +155,9 @@ async def prepare(gh: Any, job: Job, root: Path, settings: Settings) -> Prepared
     except TaskLoadError as exc:
         raise TargetError(str(exc.args[0]) if exc.args else str(exc),
                           getattr(exc, "hint", "") or f"input shapes came from {origin}") from exc
-    return Prepared(task, config, ref_path, entry, kind="module", target_kind=kind)
+    # The harness's entry (a Triton kernel's launcher) and kind drive the published test.
+    return Prepared(task, config, ref_path, task.entry_point, kind=task.kind,
+                    target_kind=kind)
 
 
 def integration(prep: Prepared, result: ConversionResult, root: Path) -> dict[str, str]:

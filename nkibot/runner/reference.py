@@ -81,6 +81,15 @@ def _remove(*paths: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def harness_env(task: Task) -> dict[str, str] | None:
+    """Extra environment for a harness child that imports the reference.
+
+    A Triton target's launcher runs on Triton's CPU interpreter, which Triton reads from
+    the environment; being set at process start, it is in place before triton is imported.
+    """
+    return {"TRITON_INTERPRET": "1"} if task.kind == "triton" else None
+
+
 def reference_path(task: Task, scratch: Path) -> Path:
     """The reference file to import: the original on disk, else its source written out."""
     if task.reference_file and Path(task.reference_file).is_file():
@@ -114,7 +123,8 @@ def compute_reference(task: Task, *, timeout_s: float = 120.0,
             "state_dir": str(root / "state"),
             "expected_dir": str(expected_root),
         }
-        reply = run_harness(request, timeout_s=timeout_s, memory_mb=memory_mb)
+        reply = run_harness(request, timeout_s=timeout_s, memory_mb=memory_mb,
+                            extra_env=harness_env(task))
         if reply.response is None or not reply.response.get("ok"):
             raise ReferenceRunError(f"{task.entry_point}: {reply.failure()}")
         trials = [ReferenceTrial(index=i, seed=int(t["seed"]), label=str(t["label"]),

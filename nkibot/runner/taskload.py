@@ -9,13 +9,15 @@ sandboxed harness (`describe`); this process parses the file to name what it hol
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from nkibot.jobs.model import ShapeOverride
+from nkibot.runner.discovery import TargetError, discover, triton_launcher
 from nkibot.runner.harness import run_harness
-from nkibot.runner.reference import reference_path
+from nkibot.runner.reference import harness_env, reference_path
 from nkibot.runner.results import KernelArg
 from nkibot.runner.task import Dtype, InputSpec, Task, Tolerance, default_tolerances
 
@@ -78,7 +80,7 @@ def _describe(task: Task, timeout_s: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="nkibot-desc-") as scratch:
         request = {"op": "describe", "reference_path": str(reference_path(task, Path(scratch))),
                    "entry_point": task.entry_point, "init_kwargs": task.init_kwargs}
-        reply = run_harness(request, timeout_s=timeout_s)
+        reply = run_harness(request, timeout_s=timeout_s, extra_env=harness_env(task))
     if reply.response is None or not reply.response.get("ok"):
         raise TaskLoadError(f"cannot describe {task.entry_point} from {task.source_path}",
                             reply.failure())
@@ -109,6 +111,26 @@ def _inputs(described: dict[str, Any], shapes: list[ShapeOverride], target: str
     return out
 
 
+def _entry(src: str, name: str, shown: str) -> tuple[str, Literal["module", "triton"]]:
+    """What the harness runs for `name`: itself, or a Triton kernel's launcher function.
+
+    A @triton.jit kernel is run through the plain function in its file that launches it,
+    on Triton's CPU interpreter (TRITON_INTERPRET=1 in the harness child's environment).
+    """
+    if not any(c.name == name and c.kind == "triton" for c in discover(src).candidates):
+        return name, "module"  # refined from the harness's description
+    if importlib.util.find_spec("triton") is None:
+        raise TaskLoadError(
+            f"{name!r} in {shown} is a @triton.jit kernel, and `triton` is not installed to "
+            "run it on Triton's CPU interpreter",
+            "pip install triton, or point at a PyTorch module or function that computes "
+            "the same thing")
+    try:
+        return triton_launcher(src, name, shown), "triton"
+    except TargetError as exc:
+        raise TaskLoadError(exc.message, exc.hint) from exc
+
+
 def load_task(path: Path, name: str, *, shapes: list[ShapeOverride] | None = None,
               tolerance: Tolerance | None = None, turns: int | None = None,
               compile_timeout_s: float = 120.0, display_path: str | None = None) -> Task:
@@ -119,16 +141,17 @@ def load_task(path: Path, name: str, *, shapes: list[ShapeOverride] | None = Non
         if override.dtype not in DTYPES:
             raise TaskLoadError(f"bad dtype {override.dtype!r} for {override.name}",
                                 f"one of {', '.join(sorted(DTYPES))}")
-    task = Task(reference_source=src, entry_point=name, source_path=shown,
+    entry, kind = _entry(src, name, shown)
+    task = Task(reference_source=src, entry_point=entry, source_path=shown, kind=kind,
                 reference_file=str(path.resolve()), compile_timeout_s=compile_timeout_s)
     described = _describe(task, timeout_s=max(compile_timeout_s, 60.0))
     tolerances = default_tolerances()
     if tolerance is not None:
         tolerances = dict.fromkeys(tolerances, tolerance)
     update: dict[str, Any] = {
-        "kind": described.get("kind", "module"),
+        "kind": kind if kind == "triton" else described.get("kind", "module"),
         "init_args": list(described.get("init_args", [])),
-        "inputs": _inputs(described, shapes or [], f"{shown}::{name}"),
+        "inputs": _inputs(described, shapes or [], f"{shown}::{entry}"),
         "has_get_inputs": bool(described.get("has_get_inputs")),
         "state_dict": [InputSpec(**s) for s in described.get("state_dict", [])],
         "tolerances": tolerances,

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nkibot.runner.convert_cli import summary_lines
 from nkibot.runner.results import ConversionResult, TrialStats, VerifyResult
 from tests.fakes.anthropic import AnthropicDouble, tool_reply
@@ -16,16 +18,21 @@ from tests.runner.agent.episode import GOOD, NUMERIC_BUG, REFERENCE
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _env(double: AnthropicDouble) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NKIBOT_", "ANTHROPIC_", "AWS_", "TRITON_"))}
+    env.update(ANTHROPIC_BASE_URL=double.base_url, ANTHROPIC_API_KEY=double.api_key,
+               NKIBOT_ANTHROPIC_MAX_RETRIES="0", NKIBOT_ANTHROPIC_MODEL="claude-test",
+               PYTHONPATH=str(ROOT))
+    return env
+
+
 def _run_cli(
     double: AnthropicDouble, tmp_path: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:
     ref = tmp_path / "scale.py"
     ref.write_text(REFERENCE, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NKIBOT_", "ANTHROPIC_", "AWS_"))}
-    env.update(ANTHROPIC_BASE_URL=double.base_url, ANTHROPIC_API_KEY=double.api_key,
-               NKIBOT_ANTHROPIC_MAX_RETRIES="0", NKIBOT_ANTHROPIC_MODEL="claude-test",
-               PYTHONPATH=str(ROOT))
+    env = _env(double)
     argv = [sys.executable, "-m", "nkibot.cli", "convert", f"{ref}::Model", "--model", "claude",
             "--backend", "sim", "--out", str(tmp_path / "out"), *extra]
     return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -90,6 +97,31 @@ class TestConvertCli:
                               timeout=60, check=False)
         assert proc.returncode == 2 and "FILE::Name" in proc.stderr
         assert anthropic_double.requests == []
+
+
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+class TestConvertTritonTarget:
+    def test_triton_kernel_converts_and_its_test_passes(
+            self, anthropic_double: AnthropicDouble, tmp_path: Path) -> None:
+        """FILE::kernel for a @triton.jit kernel verifies; the written test runs on CPU too."""
+        pytest.importorskip("triton", reason="Triton targets need `triton` (the test extra)")
+        (tmp_path / "add.py").write_text((FIXTURES / "triton" / "add.py").read_text())
+        anthropic_double.enqueue(tool_reply("verify_kernel", {
+            "code": (FIXTURES / "kernels" / "add_ok.py").read_text()}))
+        env = _env(anthropic_double)
+        argv = [sys.executable, "-m", "nkibot.cli", "convert", "add.py::add_kernel", "--model",
+                "claude", "--backend", "sim", "--out", "out", "--json"]
+        proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads(proc.stdout)["status"] == "verified"
+        (test_file,) = (tmp_path / "out").rglob("test_*.py")
+        ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              str(test_file)], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=300, check=False)
+        assert ran.returncode == 0 and "3 passed" in ran.stdout, ran.stdout[-3000:]
 
 
 class TestSummary:

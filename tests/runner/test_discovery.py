@@ -13,6 +13,8 @@ from nkibot.runner.discovery import (
     discover,
     resolve,
     suggest_paths,
+    triton_launcher,
+    triton_launchers,
     triton_reference,
 )
 
@@ -175,4 +177,61 @@ class TestInputsAndReferences:
         with pytest.raises(TargetError) as info:
             triton_reference("k.py::add_kernel", {}, triton_installed=False)
         assert "no `triton`" in info.value.message
+        assert "references:\n  k.py::add_kernel: path/to/reference.py::Module" in info.value.hint
+
+
+LAUNCHERS = textwrap.dedent('''
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        pass
+
+
+    def helper(x):
+        return x.numel()
+
+
+    def run_twice(x, out):
+        relu_kernel[(1,)](x, out, x.numel(), BLOCK=1024)
+        relu_kernel[(1,)](out, out, x.numel(), BLOCK=1024)
+        return out
+
+
+    def triton_relu(x):
+        out = x.new_empty(x.shape)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out
+
+
+    def get_inputs():
+        out = None
+        relu_kernel[(1,)](None, out, 0, BLOCK=1)
+        return []
+''')
+
+
+class TestTritonLauncher:
+    def test_finds_functions_that_launch_the_kernel(self) -> None:
+        """Only top-level plain functions calling `kernel[grid](...)` are launchers."""
+        assert set(triton_launchers(LAUNCHERS, "relu_kernel")) == {"run_twice", "triton_relu"}
+
+    def test_prefers_a_kernelbench_style_name(self) -> None:
+        """`triton_relu` for `relu_kernel` beats an earlier launcher with another name."""
+        assert triton_launchers(LAUNCHERS, "relu_kernel") == ["triton_relu", "run_twice"]
+        assert triton_launcher(LAUNCHERS, "relu_kernel", "k.py") == "triton_relu"
+
+    def test_falls_back_to_source_order(self) -> None:
+        """Without a KernelBench-style name, the first launcher in the file is chosen."""
+        source = LAUNCHERS.replace("def triton_relu", "def zz_last")
+        assert triton_launcher(source, "relu_kernel", "k.py") == "run_twice"
+
+    def test_no_launcher_says_what_to_add(self) -> None:
+        """A kernel nothing launches is refused with both ways to fix it."""
+        with pytest.raises(TargetError) as info:
+            triton_launcher(TRITON, "add_kernel", "k.py")
+        assert "no function in that file launches it" in info.value.message
+        assert "add a plain function" in info.value.hint
         assert "references:\n  k.py::add_kernel: path/to/reference.py::Module" in info.value.hint

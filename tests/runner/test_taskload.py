@@ -92,6 +92,35 @@ class TestLoadTask:
             load_task(bad, "Model")
 
 
+TRITON = Path(__file__).resolve().parents[1] / "fixtures" / "triton"
+
+
+class TestLoadTritonTask:
+    @pytest.fixture(autouse=True)
+    def _triton(self) -> None:
+        pytest.importorskip("triton", reason="Triton targets need `triton` (the test extra)")
+
+    def test_kernel_runs_through_its_launcher(self) -> None:
+        """A @triton.jit name becomes a triton Task whose entry point is its launcher."""
+        task = load_task(TRITON / "add.py", "add_kernel", display_path="add.py")
+        assert task.kind == "triton" and task.entry_point == "add"
+        assert [(s.name, s.shape) for s in task.inputs] == [("x", (256, 64)), ("y", (256, 64))]
+        assert task.has_get_inputs and task.state_dict == []
+
+    def test_shape_override_applies_to_launcher_inputs(self) -> None:
+        """--shape names the launcher's parameters, as for a function entry point."""
+        task = load_task(TRITON / "add.py", "add_kernel",
+                         shapes=[parse_shape("x=128x32"), parse_shape("y=128x32")])
+        assert [s.shape for s in task.inputs] == [(128, 32), (128, 32)]
+
+    def test_kernel_without_launcher_says_what_to_add(self) -> None:
+        """A kernel nothing in the file launches is refused with the two ways to fix it."""
+        with pytest.raises(TaskLoadError) as info:
+            load_task(TRITON / "add.py", "orphan_kernel")
+        assert "no function in that file launches it" in info.value.message
+        assert "add a plain function" in info.value.hint and "references:" in info.value.hint
+
+
 class TestDescribeKernelArgs:
     def test_state_keys_become_identifiers(self) -> None:
         """Dotted state_dict keys become unique Python identifiers; the key is kept."""

@@ -84,6 +84,23 @@ class TestVerifyCommand:
         assert message in result.stderr or message in result.output
 
 
+TRITON_ADD = f"{Path(__file__).resolve().parents[1] / 'fixtures' / 'triton' / 'add.py'}::add_kernel"
+
+
+class TestVerifyTritonTarget:
+    @pytest.mark.parametrize(("kernel", "code"), [("add_ok.py", 0), ("add_wrong.py", 1)])
+    def test_nki_kernel_against_triton_launcher(self, kernel: str, code: int) -> None:
+        """A Triton kernel's launcher is the reference: a correct add passes, a wrong fails."""
+        pytest.importorskip("triton", reason="Triton targets need `triton` (the test extra)")
+        result = CliRunner().invoke(app, ["verify", TRITON_ADD, "--kernel",
+                                          str(KERNELS / kernel), "--json", "--trials", "2"])
+        assert result.exit_code == code, result.output
+        out = json.loads(result.stdout)
+        assert out["status"] == ("verified" if code == 0 else "compiled")
+        if code:
+            assert any("numeric:mismatch" in r for r in out["reasons"])
+
+
 class TestVerdict:
     def test_status_mapping(self) -> None:
         """Compile failure is failed; verify failure is compiled; both ok is verified."""

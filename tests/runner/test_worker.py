@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from nkibot.bot.gateway import GitHubGateway
 from nkibot.bot.github import installation_client
@@ -17,9 +18,11 @@ from nkibot.jobs.sqlite import SqliteQueue
 from nkibot.runner.progress import ProgressReporter, due
 from nkibot.runner.results import TurnRecord
 from nkibot.runner.worker import Runner, retry_delay, worker_count
+from tests.fakes.anthropic import AnthropicDouble, tool_reply
 from tests.fakes.github import GitHubDouble
 
 ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
 REPO = "octo/models"
 INSTALLATION = 7
 
@@ -178,6 +181,42 @@ class TestTritonAndLegacy:
         files = github_double.files_at(REPO, "nki/src-tri-norm-kernel")
         assert "nki_kernels/norm_rms_norm_nki.py" in files
         assert b"_nkibot_forward_torch" not in files["src/norm.py"]  # reference left alone
+
+    def test_triton_with_a_launcher_runs_on_the_interpreter(
+            self, github_double: GitHubDouble, github_settings: Settings,
+            anthropic_double: AnthropicDouble) -> None:
+        """Without a configured reference, the kernel's launcher is the reference."""
+        pytest.importorskip("triton", reason="Triton targets need `triton` (the test extra)")
+        seed(github_double)
+        github_double.commit(REPO, {"src/add.py": (FIXTURES / "triton" / "add.py").read_text()})
+        sha = github_double.repo(REPO).refs["heads/main"]
+        anthropic_double.enqueue(tool_reply("verify_kernel", {
+            "code": (FIXTURES / "kernels" / "add_ok.py").read_text()}))
+        runner = runner_for(github_settings, model="claude", anthropic_model="claude-test",
+                            anthropic_api_key=SecretStr(anthropic_double.api_key),
+                            anthropic_base_url=anthropic_double.base_url,
+                            anthropic_max_retries=0)
+        enqueue(runner, make_job(sha, "src/add.py::add_kernel"))
+        drain(runner)
+        assert only_run(github_double)["conclusion"] == "success"
+        files = github_double.files_at(REPO, "nki/src-add-add-kernel")
+        (test_file,) = [f for f in files if f.endswith("_test.py") or "/test_" in f]
+        text = files[test_file].decode()
+        assert "KIND = 'triton'" in text and "ENTRY = 'add'" in text
+
+    def test_triton_without_a_launcher_says_what_to_add(
+            self, github_double: GitHubDouble, github_settings: Settings) -> None:
+        """A kernel nothing launches, with triton installed, asks for a launcher or reference."""
+        pytest.importorskip("triton", reason="Triton targets need `triton` (the test extra)")
+        seed(github_double)
+        github_double.commit(REPO, {"src/tri.py": TRITON})
+        sha = github_double.repo(REPO).refs["heads/main"]
+        runner = runner_for(github_settings)
+        enqueue(runner, make_job(sha, "src/tri.py::norm_kernel"))
+        drain(runner)
+        assert only_run(github_double)["conclusion"] == "failure"
+        reply = github_double.comments_on(REPO, 5)[0]["body"]
+        assert "no function in that file launches it" in reply and "add a plain function" in reply
 
     def test_legacy_kernel_is_reported_not_run(self, github_double: GitHubDouble,
                                                github_settings: Settings) -> None:
