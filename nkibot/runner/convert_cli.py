@@ -92,6 +92,7 @@ def convert(
     from rich.console import Console
 
     from nkibot.config.settings import Settings
+    from nkibot.logging import configure
     from nkibot.runner.artifacts import write_local_outputs
     from nkibot.runner.pipeline import convert as run_pipeline
     from nkibot.runner.taskload import TaskLoadError, load_task, parse_shape
@@ -99,6 +100,8 @@ def convert(
     err = Console(stderr=True, log_path=False)
     path, name = _split_target(target)
     settings = Settings()
+    # Logs go to stderr, scrubbed, and only warnings: stdout carries the --json result.
+    configure("warning", json=False)
     try:
         overrides = [parse_shape(s) for s in shape or []]
         task = load_task(path, name, shapes=overrides or None, turns=turns,

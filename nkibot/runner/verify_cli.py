@@ -139,9 +139,11 @@ def verify(
 ) -> None:
     """Check a kernel against its PyTorch reference: trials, statistics and guards."""
     from nkibot.config.settings import Settings
+    from nkibot.logging import configure
     from nkibot.runner.backends.sim import KernelSourceError, resolve_function
     from nkibot.runner.taskload import TaskLoadError, load_task, parse_shape
 
+    configure("warning", json=False)  # stderr only: stdout carries the --json result
     ref_path, name = split_target(target, "FILE::Name, e.g. examples/rmsnorm.py::RMSNorm")
     kernel_path, function = split_target(kernel, "KERNEL.py[::function]")
     if name is None:
