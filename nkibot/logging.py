@@ -38,6 +38,23 @@ def _scrub_processor(
     return event_dict
 
 
+class _StderrLogger:
+    """Writes each line to whatever `sys.stderr` is at that moment.
+
+    structlog's PrintLogger keeps the stream it was created with; a CLI run in-process (tests,
+    embedding) may swap and close that stream, so look it up at every write instead.
+    """
+
+    def msg(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+def _stderr_logger(*_args: Any) -> _StderrLogger:
+    return _StderrLogger()
+
+
 def configure(level: str = "info", json: bool = True) -> None:
     """Configure structlog once at process start (CLI edge)."""
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=level.upper())
@@ -55,6 +72,6 @@ def configure(level: str = "info", json: bool = True) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )

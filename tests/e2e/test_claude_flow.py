@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,9 @@ class TestClaudeFlow:
         def cancel_then_fail(_body: dict[str, Any]) -> dict[str, Any]:
             stack.comment("/nki cancel", comment_id=9002)
             stack.dispatch()
+            # The model is slow to answer: the runner's watcher (1 s poll) sees the check run
+            # completed as cancelled while this turn is still in flight.
+            time.sleep(2.5)
             return tool_reply("verify_kernel", {"code": BROKEN})
 
         anthropic_double.enqueue(cancel_then_fail)
