@@ -1,4 +1,4 @@
-"""Simulator speed: each kernel on the NKI CPU simulator vs its NumPy reference.
+"""Simulator speed: each conformance kernel on the NKI CPU simulator vs its NumPy reference.
 
 Run: `python bench/sim_speed.py [--reps 3] [--small] [--threads 1]`. Prints best-of-reps
 seconds for the simulator and the reference, their ratio, and the geometric mean of the
@@ -9,9 +9,11 @@ ratios (target: <= 5x). Both sides run in this one process with the same BLAS th
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -20,82 +22,18 @@ from threadpoolctl import threadpool_limits
 
 from nkibot.runner.sim import activate
 
-P = 128
+CONFORMANCE = Path(__file__).resolve().parent.parent / "tests" / "runner" / "sim" / \
+    "conformance_kernels.py"
 
 
 def build_kernels() -> dict[str, Any]:
-    """Normal tiled NKI kernels, defined while our `nki` is active."""
-    import nki
-    import nki.isa as nisa
-    import nki.language as nl
-
-    @nki.jit
-    def rmsnorm(x, w):
-        m, n = x.shape
-        out = nl.ndarray((m, n), dtype=x.dtype, buffer=nl.shared_hbm)
-        w_tile = nl.broadcast_to(nl.load(w.reshape((1, n))), (P, n))
-        for i in nl.affine_range(m // P):
-            t = nl.load(x[i * P:(i + 1) * P, :])
-            sq = nl.ndarray((P, n), dtype=nl.float32, buffer=nl.sbuf)
-            ss = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation(dst=sq, op=nl.square, data=t, reduce_op=nl.add, reduce_res=ss)
-            rstd = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_scalar(dst=rstd, data=ss, op0=nl.multiply, operand0=1.0 / n,
-                               op1=nl.add, operand1=1e-6)
-            nisa.activation(dst=rstd, op=nl.rsqrt, data=rstd)
-            r = nl.ndarray((P, n), dtype=x.dtype, buffer=nl.sbuf)
-            nisa.tensor_scalar(dst=r, data=t, op0=nl.multiply, operand0=rstd)
-            nisa.tensor_tensor(dst=r, data1=r, data2=w_tile, op=nl.multiply)
-            nl.store(out[i * P:(i + 1) * P, :], value=r)
-        return out
-
-    @nki.jit
-    def matmul(lhs_t, rhs):
-        k, m = lhs_t.shape
-        n = rhs.shape[1]
-        out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
-        for mi in nl.affine_range(m // P):
-            for ni in nl.affine_range(n // 512):
-                acc = nl.ndarray((P, 512), dtype=nl.float32, buffer=nl.psum)
-                for ki in nl.affine_range(k // P):
-                    lt = nl.load(lhs_t[ki * P:(ki + 1) * P, mi * P:(mi + 1) * P])
-                    rt = nl.load(rhs[ki * P:(ki + 1) * P, ni * 512:(ni + 1) * 512])
-                    nisa.nc_matmul(dst=acc, stationary=lt, moving=rt)
-                res = nl.ndarray((P, 512), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_copy(dst=res, src=acc)
-                nl.store(out[mi * P:(mi + 1) * P, ni * 512:(ni + 1) * 512], value=res)
-        return out
-
-    @nki.jit
-    def softmax(x):
-        m, n = x.shape
-        out = nl.ndarray((m, n), dtype=x.dtype, buffer=nl.shared_hbm)
-        for i in nl.affine_range(m // P):
-            t = nl.load(x[i * P:(i + 1) * P, :])
-            neg_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_reduce(dst=neg_max, op=nl.maximum, data=t, axis=1, negate=True)
-            e = nl.ndarray((P, n), dtype=nl.float32, buffer=nl.sbuf)
-            total = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation(dst=e, op=nl.exp, data=t, bias=neg_max, reduce_op=nl.add,
-                            reduce_res=total)
-            inv = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.reciprocal(dst=inv, data=total)
-            nisa.tensor_scalar(dst=e, data=e, op0=nl.multiply, operand0=inv)
-            nl.store(out[i * P:(i + 1) * P, :], value=e)
-        return out
-
-    @nki.jit
-    def add(a, b):
-        m, n = a.shape
-        out = nl.ndarray((m, n), dtype=a.dtype, buffer=nl.shared_hbm)
-        for i in nl.affine_range(m // P):
-            for j in nl.affine_range(n // 2048):
-                at = nl.load(a[i * P:(i + 1) * P, j * 2048:(j + 1) * 2048])
-                bt = nl.load(b[i * P:(i + 1) * P, j * 2048:(j + 1) * 2048])
-                nl.store(out[i * P:(i + 1) * P, j * 2048:(j + 1) * 2048], value=nl.add(at, bt))
-        return out
-
-    return {"rmsnorm": rmsnorm, "matmul": matmul, "softmax": softmax, "add": add}
+    """The simulator's conformance kernels (the tests' own), loaded while our `nki` is active."""
+    spec = importlib.util.spec_from_file_location("conformance_kernels", CONFORMANCE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {"rmsnorm": module.rmsnorm, "matmul": module.matmul, "softmax": module.softmax,
+            "add": module.tiled_add}
 
 
 def _ref_rmsnorm(x: Any, w: Any) -> Any:
