@@ -12,7 +12,10 @@ DTYPES = {
     "float32": "float32", "fp32": "float32", "f32": "float32",
     "float16": "float16", "fp16": "float16", "f16": "float16", "half": "float16",
     "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "int32": "int32", "int64": "int64", "int8": "int8", "uint8": "uint8", "bool": "bool",
+    "float8_e4m3": "float8_e4m3", "fp8_e4m3": "float8_e4m3",
+    "float8_e5m2": "float8_e5m2", "fp8_e5m2": "float8_e5m2",
+    "int32": "int32", "int64": "int64", "int16": "int16", "int8": "int8", "uint8": "uint8",
+    "bool": "bool",
 }
 MAX_TARGETS = 20
 MAX_DIMS = 8
@@ -51,10 +54,12 @@ def parse_shape(text: str) -> ShapeOverride:
     if tokens and not tokens[-1].isdigit():
         dtype_name = tokens.pop()
         if dtype_name not in DTYPES:
-            raise TargetError(f"unknown dtype `{dtype_name}` in `{text}`")
+            raise TargetError(f"unknown dtype `{dtype_name}` in `{text}`: use NAME=DIMSxDTYPE "
+                              f"with a dtype among {', '.join(sorted(set(DTYPES.values())))}")
         dtype = DTYPES[dtype_name]
     if not tokens or not all(t.isdigit() and 0 < int(t) <= 1 << 20 for t in tokens):
-        raise TargetError(f"`{spec}` needs positive integer dims like `4x128`")
+        raise TargetError(f"`{spec}` needs positive integer dims: use NAME=DIMSxDTYPE, "
+                          "for example `x=4x128xbf16`")
     if len(tokens) > MAX_DIMS:
         raise TargetError(f"`{spec}` has more than {MAX_DIMS} dims")
     return ShapeOverride(name=name, shape=tuple(int(t) for t in tokens), dtype=dtype)

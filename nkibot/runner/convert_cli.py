@@ -92,10 +92,11 @@ def convert(
     from rich.console import Console
 
     from nkibot.config.settings import Settings
+    from nkibot.jobs.targets import parse_shape
     from nkibot.logging import configure
     from nkibot.runner.artifacts import write_local_outputs
     from nkibot.runner.pipeline import convert as run_pipeline
-    from nkibot.runner.taskload import TaskLoadError, load_task, parse_shape
+    from nkibot.runner.taskload import TaskLoadError, load_task
 
     err = Console(stderr=True, log_path=False)
     path, name = _split_target(target)

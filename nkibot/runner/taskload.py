@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from nkibot.jobs.model import ShapeOverride
+
+# One parser for `NAME=DIMSxDTYPE`, shared with `/nki convert --shape` and the repo config.
 from nkibot.runner.discovery import TargetError, discover, triton_launcher
 from nkibot.runner.harness import run_harness
 from nkibot.runner.reference import harness_env, reference_path
@@ -22,7 +24,6 @@ from nkibot.runner.results import KernelArg
 from nkibot.runner.task import Dtype, InputSpec, Task, Tolerance, default_tolerances
 
 DTYPES: frozenset[str] = frozenset(get_args(Dtype))
-_SHAPE = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*([0-9x\s]+?)(?:x\s*([a-z][a-z0-9_]*))?\s*$")
 
 
 class TaskLoadError(Exception):
@@ -32,20 +33,6 @@ class TaskLoadError(Exception):
         super().__init__(f"{message}. {hint}" if hint else message)
         self.message = message
         self.hint = hint
-
-
-def parse_shape(text: str) -> ShapeOverride:
-    """`x=128x256xfloat32` (dtype optional, default float32) -> ShapeOverride."""
-    match = _SHAPE.match(text)
-    if match is None:
-        raise ValueError(f"bad shape {text!r}: use NAME=DIMSxDTYPE, e.g. x=128x256xfloat32")
-    name, dims, dtype = match.group(1), match.group(2), match.group(3) or "float32"
-    if dtype not in DTYPES:
-        raise ValueError(f"bad dtype {dtype!r} in {text!r}: one of {', '.join(sorted(DTYPES))}")
-    shape = tuple(int(d) for d in dims.replace(" ", "").split("x") if d)
-    if not shape or any(d <= 0 for d in shape):
-        raise ValueError(f"bad shape {text!r}: dimensions must be positive integers")
-    return ShapeOverride(name=name, shape=shape, dtype=dtype)
 
 
 def _definitions(src: str) -> tuple[list[str], list[str]]:

@@ -139,9 +139,10 @@ def verify(
 ) -> None:
     """Check a kernel against its PyTorch reference: trials, statistics and guards."""
     from nkibot.config.settings import Settings
+    from nkibot.jobs.targets import parse_shape
     from nkibot.logging import configure
     from nkibot.runner.backends.sim import KernelSourceError, resolve_function
-    from nkibot.runner.taskload import TaskLoadError, load_task, parse_shape
+    from nkibot.runner.taskload import TaskLoadError, load_task
 
     configure("warning", json=False)  # stderr only: stdout carries the --json result
     ref_path, name = split_target(target, "FILE::Name, e.g. examples/rmsnorm.py::RMSNorm")

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from nkibot.jobs.targets import parse_shape
 from nkibot.runner.harness import run_harness
 from nkibot.runner.harness_protocol import load_array
 from nkibot.runner.reference import ReferenceRunError, ReferenceSet, compute_reference
 from nkibot.runner.task import InputSpec, Task
-from nkibot.runner.taskload import parse_shape
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
 

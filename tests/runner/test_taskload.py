@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from nkibot.jobs.targets import parse_shape
 from nkibot.runner.task import Task, Tolerance
-from nkibot.runner.taskload import TaskLoadError, describe_kernel_args, load_task, parse_shape
+from nkibot.runner.taskload import TaskLoadError, describe_kernel_args, load_task
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
 
