@@ -7,13 +7,13 @@ lowering) that resends the same code gets the same answer without re-running it.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import re
 from dataclasses import dataclass, field
 
 from nkibot.runner.agent import feedback, knowledge
 from nkibot.runner.backends.base import KernelBackend
+from nkibot.runner.guards import jit_functions
 from nkibot.runner.results import CompileResult, ToolCallRecord, VerifyResult
 from nkibot.runner.task import Task
 
@@ -145,16 +145,5 @@ class ToolRunner:
 
 def kernel_function(src: str) -> str | None:
     """The name of the `@nki.jit` function in a kernel file (the first one), if any."""
-    try:
-        tree = ast.parse(src)
-    except SyntaxError:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            for deco in node.decorator_list:
-                target = deco.func if isinstance(deco, ast.Call) else deco
-                name = target.attr if isinstance(target, ast.Attribute) else getattr(
-                    target, "id", "")
-                if name == "jit":
-                    return node.name
-    return None
+    found = jit_functions(src)
+    return found[0] if found else None
