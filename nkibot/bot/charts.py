@@ -6,7 +6,7 @@ a simulator run has no latency to draw, and drawing one would claim what was not
 
 from __future__ import annotations
 
-from nkibot.runner.results import ConversionResult, Latency, TurnRecord
+from nkibot.results import ConversionResult, Latency, TurnRecord
 
 
 def _turn_label(record: TurnRecord) -> str:

@@ -17,7 +17,7 @@ from githubkit.exception import RequestFailed
 from nkibot.bot.render import pr_body, title
 from nkibot.jobs.model import Job, target_slug
 from nkibot.runner.artifacts import kernel_file_text, test_file_text, test_path_for
-from nkibot.runner.results import ConversionResult
+from nkibot.results import ConversionResult
 
 MAX_REF_ATTEMPTS = 5
 #: How far back a retry looks for the job's SHA before merging it in as a second parent.

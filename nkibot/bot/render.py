@@ -16,7 +16,7 @@ from nkibot.bot.output import (
     annotation_batches,
     cut,
 )
-from nkibot.runner.results import ConversionResult, TrialStats, TurnRecord
+from nkibot.results import ConversionResult, TrialStats, TurnRecord
 
 __all__ = [
     "ANNOTATIONS_PER_REQUEST", "GITHUB_TEXT_LIMIT", "CheckRunOutput", "Conclusion",

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from nkibot.bot.render import markdown_report, where_measured
 from nkibot.runner.kernel_test_template import TEMPLATE
-from nkibot.runner.results import ConversionResult
+from nkibot.results import ConversionResult
 from nkibot.runner.task import Task
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.status import Status as RichStatus
 
-    from nkibot.runner.results import ConversionResult, TurnRecord
+    from nkibot.results import ConversionResult, TurnRecord
 
 
 class Progress:

@@ -21,7 +21,7 @@ import numpy as np
 
 from nkibot.runner.harness_protocol import dtype_name
 from nkibot.runner.reference import ReferenceSet
-from nkibot.runner.results import Diagnostic, TrialStats
+from nkibot.results import Diagnostic, TrialStats
 from nkibot.runner.task import Task, Tolerance
 from nkibot.runner.verify import Expected, compare, mismatch_reason, near_constant
 

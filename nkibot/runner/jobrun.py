@@ -43,7 +43,7 @@ from nkibot.runner.discovery import (
     triton_reference,
 )
 from nkibot.runner.progress import ProgressReporter
-from nkibot.runner.results import ConversionResult
+from nkibot.results import ConversionResult
 from nkibot.runner.task import Task, Tolerance
 from nkibot.runner.workspace import python_files, resolve_inside, workspace
 

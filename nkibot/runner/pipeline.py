@@ -21,7 +21,7 @@ from nkibot.runner.agent.tools import kernel_function
 from nkibot.runner.backends.base import KernelBackend
 from nkibot.runner.models.base import ModelBackend
 from nkibot.runner.models.router import Router, RouterError, build_router
-from nkibot.runner.results import (
+from nkibot.results import (
     ConversionResult,
     KernelArg,
     KernelInfo,

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from nkibot.bot.render import CheckRunOutput, progress_output
-from nkibot.runner.results import TurnRecord
+from nkibot.results import TurnRecord
 
 log = structlog.get_logger("nkibot.runner.progress")
 Send = Callable[[CheckRunOutput], Awaitable[None]]

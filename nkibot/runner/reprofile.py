@@ -18,7 +18,7 @@ from githubkit.exception import RequestFailed
 from nkibot.config.settings import Settings
 from nkibot.jobs.model import Job, target_slug
 from nkibot.runner.discovery import TargetError
-from nkibot.runner.results import ConversionResult, KernelInfo, Status
+from nkibot.results import ConversionResult, KernelInfo, Status
 from nkibot.runner.task import Task
 
 

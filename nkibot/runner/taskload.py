@@ -20,7 +20,7 @@ from nkibot.jobs.model import ShapeOverride
 from nkibot.runner.discovery import TargetError, discover, triton_launcher
 from nkibot.runner.harness import run_harness
 from nkibot.runner.reference import harness_env, reference_path
-from nkibot.runner.results import KernelArg
+from nkibot.results import KernelArg
 from nkibot.runner.task import Dtype, InputSpec, Task, Tolerance, default_tolerances
 
 DTYPES: frozenset[str] = frozenset(get_args(Dtype))

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from nkibot.runner.harness_protocol import is_float
-from nkibot.runner.results import TrialStats, WorstElement
+from nkibot.results import TrialStats, WorstElement
 from nkibot.runner.task import Tolerance
 
 WORST = 5

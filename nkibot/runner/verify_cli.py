@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from nkibot.runner.backends.base import KernelBackend
-from nkibot.runner.results import (
+from nkibot.results import (
     CompileResult,
     ConversionResult,
     Diagnostic,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nkibot.runner.results import (
+from nkibot.results import (
     CompileResult,
     ConversionResult,
     Diagnostic,

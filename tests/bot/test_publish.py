@@ -9,7 +9,7 @@ from nkibot.bot.github import installation_client
 from nkibot.bot.publish import Published, Publisher, PublishPlan, plan_publication, pr_base
 from nkibot.config.settings import Settings
 from nkibot.jobs.model import Job, Trigger
-from nkibot.runner.results import ConversionResult
+from nkibot.results import ConversionResult
 from tests.bot import sample_results as S
 from tests.fakes.github import GitHubDouble
 

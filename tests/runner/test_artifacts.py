@@ -15,7 +15,7 @@ from nkibot.runner.artifacts import (
     provenance_header,
     write_local_outputs,
 )
-from nkibot.runner.results import (
+from nkibot.results import (
     ConversionResult,
     KernelArg,
     KernelInfo,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nkibot.runner.convert_cli import summary_lines
-from nkibot.runner.results import ConversionResult, TrialStats, VerifyResult
+from nkibot.results import ConversionResult, TrialStats, VerifyResult
 from tests.fakes.anthropic import AnthropicDouble, tool_reply
 from tests.runner.agent.episode import GOOD, NUMERIC_BUG, REFERENCE
 

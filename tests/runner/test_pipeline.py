@@ -9,7 +9,7 @@ from pydantic import SecretStr
 
 from nkibot.config.settings import Settings
 from nkibot.runner.pipeline import convert, kernel_path
-from nkibot.runner.results import TurnRecord
+from nkibot.results import TurnRecord
 from nkibot.runner.task import InputSpec, Task
 from tests.fakes.anthropic import AnthropicDouble, tool_reply
 from tests.runner.agent.episode import GOOD, NUMERIC_BUG, SimTask, sim_task

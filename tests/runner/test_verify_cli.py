@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nkibot.cli import app
-from nkibot.runner.results import CompileResult, VerifyResult
+from nkibot.results import CompileResult, VerifyResult
 from nkibot.runner.verify_cli import verdict
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"

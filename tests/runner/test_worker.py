@@ -16,7 +16,7 @@ from nkibot.jobs.factory import open_job_state, open_queue
 from nkibot.jobs.model import Job, Trigger
 from nkibot.jobs.sqlite import SqliteQueue
 from nkibot.runner.progress import ProgressReporter, due
-from nkibot.runner.results import TurnRecord
+from nkibot.results import TurnRecord
 from nkibot.runner.worker import Runner, retry_delay, worker_count
 from tests.fakes.anthropic import AnthropicDouble, tool_reply
 from tests.fakes.github import GitHubDouble

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from nkibot.runner.results import CompileResult, Diagnostic, TrialStats, VerifyResult
+from nkibot.results import CompileResult, Diagnostic, TrialStats, VerifyResult
 
 MAX_DIAGNOSTICS = 3
 MAX_WORST = 3

@@ -21,7 +21,7 @@ from nkibot.runner.agent.tools import ToolOutcome, ToolRunner, extract_code
 from nkibot.runner.backends.base import KernelBackend
 from nkibot.runner.models.base import Conversation, Message, ModelReply, ToolResult
 from nkibot.runner.models.router import Router
-from nkibot.runner.results import (
+from nkibot.results import (
     CompileResult,
     KernelArg,
     Status,

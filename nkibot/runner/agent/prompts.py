@@ -13,7 +13,7 @@ import math
 import re
 
 from nkibot.runner.agent.knowledge import Section, always_sections, sections_for_ops
-from nkibot.runner.results import KernelArg
+from nkibot.results import KernelArg
 from nkibot.runner.task import CALLING_CONVENTION, Task
 
 DIALECT_RULES = """\

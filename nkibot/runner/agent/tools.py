@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from nkibot.runner.agent import feedback, knowledge
 from nkibot.runner.backends.base import KernelBackend
 from nkibot.runner.guards import jit_functions
-from nkibot.runner.results import CompileResult, ToolCallRecord, VerifyResult
+from nkibot.results import CompileResult, ToolCallRecord, VerifyResult
 from nkibot.runner.task import Task
 
 

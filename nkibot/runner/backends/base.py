@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from nkibot.runner.results import CompileResult, ProfileResult, VerifyResult
+from nkibot.results import CompileResult, ProfileResult, VerifyResult
 from nkibot.runner.task import Task
 
 

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from nkibot.runner.results import CompileResult
+from nkibot.results import CompileResult
 from nkibot.runner.task import InputSpec
 
 RESULT_FILE = "result.json"

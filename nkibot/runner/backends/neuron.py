@@ -23,7 +23,7 @@ from nkibot.runner.backends.neff_cache import NeffCache, cache_key, default_cach
 from nkibot.runner.backends.neuron_device import KERNEL_FILE, find_kernel_name
 from nkibot.runner.backends.neuron_parse import parse_compiler_log, timeout_diagnostic
 from nkibot.runner.backends.neuron_stats import latency_from_samples, speedup
-from nkibot.runner.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
+from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
 from nkibot.runner.sandbox import SandboxOutcome, python_module_argv, run_sandboxed
 from nkibot.runner.task import Task
 

@@ -21,7 +21,7 @@ import re
 from pathlib import PurePath
 from typing import Literal
 
-from nkibot.runner.results import Diagnostic
+from nkibot.results import Diagnostic
 from nkibot.runner.sim.errors import FIXES
 
 Severity = Literal["error", "warning", "notice"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from nkibot.runner.results import Latency
+from nkibot.results import Latency
 
 
 def nearest_rank(sorted_samples: Sequence[float], q: float) -> float:

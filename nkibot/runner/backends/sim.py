@@ -21,7 +21,7 @@ from nkibot.runner.guards import jit_functions, static_findings
 from nkibot.runner.harness import HarnessReply, run_harness
 from nkibot.runner.harness_protocol import load_array
 from nkibot.runner.reference import ReferenceSet
-from nkibot.runner.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
+from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
 from nkibot.runner.sandbox import SandboxOutcome, run_sandboxed
 from nkibot.runner.task import Task
 from nkibot.runner.taskload import describe_kernel_args

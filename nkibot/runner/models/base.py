@@ -6,7 +6,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from nkibot.runner.results import TokenUsage
+from nkibot.results import TokenUsage
 from nkibot.runner.task import Task
 
 

@@ -14,7 +14,7 @@ import boto3
 from nkibot.config.settings import Settings
 from nkibot.runner.agent.tools import TOOL_SPECS
 from nkibot.runner.models.base import Conversation, Message, ModelReply, ToolCall
-from nkibot.runner.results import TokenUsage
+from nkibot.results import TokenUsage
 
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
 _CACHE_POINT: dict[str, Any] = {"cachePoint": {"type": "default"}}

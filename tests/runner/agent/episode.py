@@ -15,7 +15,7 @@ import pytest
 from pydantic import SecretStr
 
 from nkibot.config.settings import Settings
-from nkibot.runner.results import KernelArg
+from nkibot.results import KernelArg
 from nkibot.runner.task import Task
 from tests.fakes.anthropic import AnthropicDouble
 

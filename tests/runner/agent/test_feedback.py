@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nkibot.runner.agent import feedback
-from nkibot.runner.results import (
+from nkibot.results import (
     CompileResult,
     Diagnostic,
     TrialStats,

@@ -12,7 +12,7 @@ from nkibot.runner.agent.loop import NUDGE, run_loop
 from nkibot.runner.models.anthropic import AnthropicBackend
 from nkibot.runner.models.base import Conversation, ModelReply, ToolCall
 from nkibot.runner.models.router import Router
-from nkibot.runner.results import TurnRecord
+from nkibot.results import TurnRecord
 from tests.fakes.anthropic import AnthropicDouble, text_reply, tool_reply, tools_reply
 from tests.runner.agent.episode import (
     GOOD,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nkibot.runner.agent import prompts
-from nkibot.runner.results import KernelArg
+from nkibot.results import KernelArg
 from nkibot.runner.task import CALLING_CONVENTION, InputSpec, Task
 
 LINEAR_REF = '''

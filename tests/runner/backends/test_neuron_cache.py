@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nkibot.runner.backends.neff_cache import NeffCache, cache_key
-from nkibot.runner.results import CompileResult
+from nkibot.results import CompileResult
 from nkibot.runner.task import InputSpec
 
 SRC = "import nki\n@nki.jit\ndef k(a):\n    return a\n"

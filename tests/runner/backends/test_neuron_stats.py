@@ -13,7 +13,7 @@ from nkibot.runner.backends.neuron_stats import (
     ns_to_us,
     speedup,
 )
-from nkibot.runner.results import Latency
+from nkibot.results import Latency
 
 
 class TestNearestRank:
