@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from nkibot.runner.sim import activate
+from nkibot.sim import activate
 
 CONFORMANCE = Path(__file__).resolve().parent.parent / "tests" / "runner" / "sim" / \
     "conformance_kernels.py"

@@ -42,7 +42,7 @@ app.command("runner")(runner)
 from nkibot.doctor import doctor  # noqa: E402
 
 app.command("doctor")(doctor)
-from nkibot.runner.sim.cli import app as sim_app  # noqa: E402
+from nkibot.sim.cli import app as sim_app  # noqa: E402
 
 app.add_typer(sim_app, name="sim")
 

@@ -92,7 +92,7 @@ def run_kernel(request: dict[str, Any]) -> dict[str, Any]:
         reply["ok"] = reply["error"] is None
         return reply
     try:
-        from nkibot.runner.sim import activate
+        from nkibot.sim import activate
     except ImportError as exc:
         reply["error"] = error_dict(exc)
         return reply
@@ -152,7 +152,7 @@ def _run_trials(run: Any, trials: list[list[np.ndarray[Any, Any]]], names: list[
 
 def _stats() -> dict[str, Any]:
     try:
-        from nkibot.runner.sim import stats
+        from nkibot.sim import stats
     except ImportError:
         return {}
     try:

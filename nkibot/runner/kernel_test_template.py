@@ -46,7 +46,7 @@ def _nki_context() -> Any:
     if importlib.util.find_spec("nki") is not None:
         return contextlib.nullcontext()
     try:
-        from nkibot.runner.sim import activate
+        from nkibot.sim import activate
     except ImportError:
         pytest.skip("needs the Neuron SDK's `nki` package or nkibot's simulator "
                     "(pip install nkibot)")

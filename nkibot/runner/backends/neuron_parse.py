@@ -22,7 +22,7 @@ from pathlib import PurePath
 from typing import Literal
 
 from nkibot.results import Diagnostic
-from nkibot.runner.sim.errors import FIXES
+from nkibot.sim.errors import FIXES
 
 Severity = Literal["error", "warning", "notice"]
 

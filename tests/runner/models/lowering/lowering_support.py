@@ -73,7 +73,7 @@ def to_numpy(t: torch.Tensor) -> np.ndarray[Any, Any]:
 
 def simulate(source: str, function: str, arrays: list[np.ndarray[Any, Any]]) -> list[Any]:
     """Exec the generated module under the simulator and run its kernel once."""
-    from nkibot.runner.sim import activate
+    from nkibot.sim import activate
 
     with activate():
         import nki

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 if TYPE_CHECKING:
-    from nkibot.runner.sim.tensor import NkiTensor, _Allocation
+    from nkibot.sim.tensor import NkiTensor, _Allocation
 
 Arr = np.ndarray[Any, Any]
 _shares = cast(Any, np.shares_memory)  # its stubs only admit max_work -1 or 0

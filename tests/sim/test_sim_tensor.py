@@ -7,7 +7,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from nkibot.runner.sim import ConstraintError
+from nkibot.sim import ConstraintError
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.sim import dtypes, isa, language
-from nkibot.runner.sim.alloc import wrap
-from nkibot.runner.sim.errors import KernelError, SimError, fail
-from nkibot.runner.sim.psum import settle
-from nkibot.runner.sim.state import LAST, LOCAL, RunState
-from nkibot.runner.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim import dtypes, isa, language
+from nkibot.sim.alloc import wrap
+from nkibot.sim.errors import KernelError, SimError, fail
+from nkibot.sim.psum import settle
+from nkibot.sim.state import LAST, LOCAL, RunState
+from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 _TARGET = ["trn1"]
 

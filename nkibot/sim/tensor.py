@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.sim import dtypes
-from nkibot.runner.sim.errors import fail
-from nkibot.runner.sim.state import MemoryTracker
+from nkibot.sim import dtypes
+from nkibot.sim.errors import fail
+from nkibot.sim.state import MemoryTracker
 
 PMAX = 128
 # PSUM element state: never written / written by a non-matmul instruction / by a matmul
@@ -115,7 +115,7 @@ class NkiTensor:
 
     def __bool__(self) -> bool:
         # `assert nl.equal(a, b)` in the docs' examples means "all elements true".
-        from nkibot.runner.sim.psum import settle
+        from nkibot.sim.psum import settle
 
         settle(self._alloc)
         return bool(np.all(self._arr))
@@ -136,7 +136,7 @@ class NkiTensor:
         return self._derive(arr, state)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        from nkibot.runner.sim.engines import assign
+        from nkibot.sim.engines import assign
 
         assign(self[key], value)
 
@@ -262,6 +262,6 @@ class NkiTensor:
            vector_offset: Any = None, indirect_dim: int = 0, dtype: Any = None) -> NkiTensor:
         if scalar_offset is not None or vector_offset is not None:
             raise fail("unsupported", "indirect .ap(scalar_offset/vector_offset) access")
-        from nkibot.runner.sim.views import access_pattern
+        from nkibot.sim.views import access_pattern
 
         return access_pattern(self, pattern, offset, dtype)

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.sim import dtypes
-from nkibot.runner.sim.errors import fail
-from nkibot.runner.sim.state import current
-from nkibot.runner.sim.tensor import (
+from nkibot.sim import dtypes
+from nkibot.sim.errors import fail
+from nkibot.sim.state import current
+from nkibot.sim.tensor import (
     ON_CHIP,
     PMAX,
     PSUM_OTHER,

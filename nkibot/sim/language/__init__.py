@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nkibot.runner.sim.dtypes import (
+from nkibot.sim.dtypes import (
     bfloat16,
     bool_,
     float8_e4m3,
@@ -20,8 +20,8 @@ from nkibot.runner.sim.dtypes import (
     uint16,
     uint32,
 )
-from nkibot.runner.sim.errors import fail
-from nkibot.runner.sim.lang_core import (
+from nkibot.sim.errors import fail
+from nkibot.sim.language.core import (
     affine_range,
     device_print,
     ds,
@@ -54,7 +54,7 @@ from nkibot.runner.sim.lang_core import (
     zeros,
     zeros_like,
 )
-from nkibot.runner.sim.lang_math import (
+from nkibot.sim.language.math import (
     broadcast_to,
     copy,
     expand_dims,
@@ -67,7 +67,7 @@ from nkibot.runner.sim.lang_math import (
     transpose,
     where,
 )
-from nkibot.runner.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 __nkibot_sim__ = True
 

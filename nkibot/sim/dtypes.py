@@ -13,7 +13,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from nkibot.runner.sim.errors import fail
+from nkibot.sim.errors import fail
 
 float32 = np.dtype(np.float32)
 float16 = np.dtype(np.float16)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nkibot.runner.sim import activate, stats
+from nkibot.sim import activate, stats
 
 QUICKSTART = """
 import numpy as np
@@ -80,7 +80,7 @@ class TestActivate:
         """A script written to the official simulator's quick-start API runs under activate()."""
         script = tmp_path / "quickstart.py"
         script.write_text(QUICKSTART)
-        runner = ("import runpy, sys\nfrom nkibot.runner.sim import activate\n"
+        runner = ("import runpy, sys\nfrom nkibot.sim import activate\n"
                   "with activate(force=True):\n    runpy.run_path(sys.argv[1])\n")
         proc = subprocess.run([sys.executable, "-c", runner, str(script)], capture_output=True,
                               text=True, timeout=120, check=False)
@@ -247,6 +247,6 @@ class TestStats:
 
     def test_module_docstring_documents_stats(self) -> None:
         """The package docstring documents stats() keys for the profiling code."""
-        import nkibot.runner.sim as sim
+        import nkibot.sim as sim
 
         assert "dma_bytes" in (sim.__doc__ or "") and "stats()" in (sim.__doc__ or "")

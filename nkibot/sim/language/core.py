@@ -8,13 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.sim import dtypes
-from nkibot.runner.sim.alloc import OVERWRITTEN, allocate
-from nkibot.runner.sim.engines import count, in_buffer, on_chip, read, tensor, write
-from nkibot.runner.sim.errors import fail
-from nkibot.runner.sim.psum import settle
-from nkibot.runner.sim.state import current
-from nkibot.runner.sim.tensor import DynSlice, MemoryRegion, NkiTensor
+from nkibot.sim import dtypes
+from nkibot.sim.alloc import OVERWRITTEN, allocate
+from nkibot.sim.engines import count, in_buffer, on_chip, read, tensor, write
+from nkibot.sim.errors import fail
+from nkibot.sim.psum import settle
+from nkibot.sim.state import current
+from nkibot.sim.tensor import DynSlice, MemoryRegion, NkiTensor
 
 sbuf = MemoryRegion.sbuf
 psum = MemoryRegion.psum

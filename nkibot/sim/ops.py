@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.sim.errors import fail
+from nkibot.sim.errors import fail
 
 Arr = np.ndarray[Any, Any]
 _SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))

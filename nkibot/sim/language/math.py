@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.sim import dtypes, ops
-from nkibot.runner.sim.alloc import OVERWRITTEN, allocate
-from nkibot.runner.sim.engines import compute_dtype, count, on_chip, read, write
-from nkibot.runner.sim.errors import fail
-from nkibot.runner.sim.psum import settle
-from nkibot.runner.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim import dtypes, ops
+from nkibot.sim.alloc import OVERWRITTEN, allocate
+from nkibot.sim.engines import compute_dtype, count, on_chip, read, write
+from nkibot.sim.errors import fail
+from nkibot.sim.psum import settle
+from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 _SCALARS = (int, float, bool, np.number, np.bool_)
 _PREDICATES = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
@@ -190,7 +190,7 @@ def expand_dims(x: Any, axis: int) -> NkiTensor:
 
 def matmul(x: Any, y: Any, transpose_x: bool = False) -> NkiTensor:
     """x @ y (or x.T @ y with transpose_x=True) on the Tensor Engine, into a PSUM tile."""
-    from nkibot.runner.sim.isa_tensor import nc_matmul, nc_transpose
+    from nkibot.sim.isa.tensor import nc_matmul, nc_transpose
 
     x = on_chip(x, "nl.matmul", "x", allow_psum=False)
     if not transpose_x:
@@ -204,7 +204,7 @@ def matmul(x: Any, y: Any, transpose_x: bool = False) -> NkiTensor:
 
 
 def transpose(x: Any, dtype: Any = None) -> NkiTensor:
-    from nkibot.runner.sim.isa_tensor import nc_transpose
+    from nkibot.sim.isa.tensor import nc_transpose
 
     x = on_chip(x, "nl.transpose", "x")
     out = allocate(x.shape[::-1], x.dtype if dtype is None else dtype, MemoryRegion.psum)

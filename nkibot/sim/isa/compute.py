@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.sim import dtypes, ops
-from nkibot.runner.sim.engines import (
+from nkibot.sim import dtypes, ops
+from nkibot.sim.engines import (
     compute_dtype,
     count,
     free_size,
@@ -17,12 +17,12 @@ from nkibot.runner.sim.engines import (
     scalar_operand,
     write,
 )
-from nkibot.runner.sim.errors import fail
-from nkibot.runner.sim.isa_enums import engine as _engine
-from nkibot.runner.sim.isa_enums import reduce_cmd as _cmd
-from nkibot.runner.sim.lang_math import reduce_axes
-from nkibot.runner.sim.state import current
-from nkibot.runner.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.errors import fail
+from nkibot.sim.isa.enums import engine as _engine
+from nkibot.sim.isa.enums import reduce_cmd as _cmd
+from nkibot.sim.language.math import reduce_axes
+from nkibot.sim.state import current
+from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 Arr = np.ndarray[Any, Any]
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sim_helpers import load_module
 
-from nkibot.runner.sim import activate
+from nkibot.sim import activate
 
 HERE = Path(__file__).resolve().parent
 

@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from nkibot.runner.sim import ConstraintError, dtypes, ops
+from nkibot.sim import ConstraintError, dtypes, ops
 
 
 @pytest.fixture

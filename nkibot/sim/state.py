@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.sim.errors import fail
+from nkibot.sim.errors import fail
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 SBUF_PARTITION_BYTES = 192 * 1024

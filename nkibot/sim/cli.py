@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from nkibot.runner.sim.errors import SimError
-from nkibot.runner.sim.runtime import activate, simulate, stats
+from nkibot.sim.errors import SimError
+from nkibot.sim.runtime import activate, simulate, stats
 
 app = typer.Typer(help="Run NKI kernels on the CPU simulator.", no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False)

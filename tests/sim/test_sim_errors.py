@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sim_helpers import line_of
 
-from nkibot.runner.sim import ConstraintError, KernelError, SimError
+from nkibot.sim import ConstraintError, KernelError, SimError
 
 F32 = np.float32
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.sim import dtypes
-from nkibot.runner.sim.engines import (
+from nkibot.sim import dtypes
+from nkibot.sim.engines import (
     count,
     free_size,
     in_buffer,
@@ -15,10 +15,10 @@ from nkibot.runner.sim.engines import (
     read,
     write,
 )
-from nkibot.runner.sim.errors import fail
-from nkibot.runner.sim.psum import defer, pending_group, settle
-from nkibot.runner.sim.state import PSUM_BANK_BYTES
-from nkibot.runner.sim.tensor import PSUM_MATMUL, MemoryRegion, NkiTensor
+from nkibot.sim.errors import fail
+from nkibot.sim.psum import defer, pending_group, settle
+from nkibot.sim.state import PSUM_BANK_BYTES
+from nkibot.sim.tensor import PSUM_MATMUL, MemoryRegion, NkiTensor
 
 _PE_DTYPES = {dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float8_e4m3,
               dtypes.float8_e5m2}

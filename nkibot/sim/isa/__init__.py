@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nkibot.runner.sim.errors import SimError, fail
-from nkibot.runner.sim.isa_compute import (
+from nkibot.sim.errors import SimError, fail
+from nkibot.sim.isa.compute import (
     activation,
     activation_reduce,
     bn_aggr,
@@ -19,7 +19,7 @@ from nkibot.runner.sim.isa_compute import (
     tensor_scalar,
     tensor_tensor,
 )
-from nkibot.runner.sim.isa_enums import (
+from nkibot.sim.isa.enums import (
     dge_mode,
     engine,
     gpsimd_engine,
@@ -32,7 +32,7 @@ from nkibot.runner.sim.isa_enums import (
     unknown_engine,
     vector_engine,
 )
-from nkibot.runner.sim.isa_move import (
+from nkibot.sim.isa.move import (
     affine_select,
     dma_copy,
     iota,
@@ -40,8 +40,8 @@ from nkibot.runner.sim.isa_move import (
     tensor_copy,
     tensor_copy_predicated,
 )
-from nkibot.runner.sim.isa_tensor import nc_matmul, nc_transpose
-from nkibot.runner.sim.state import current
+from nkibot.sim.isa.tensor import nc_matmul, nc_transpose
+from nkibot.sim.state import current
 
 __nkibot_sim__ = True
 

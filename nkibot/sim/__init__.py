@@ -2,7 +2,7 @@
 
 Usage::
 
-    from nkibot.runner.sim import activate, ConstraintError, KernelError, stats
+    from nkibot.sim import activate, ConstraintError, KernelError, stats
 
     with activate():                      # installs our nki modules in sys.modules
         import nki, nki.language as nl, nki.isa as nisa
@@ -86,9 +86,9 @@ nisa (nki.isa), dst first, `op`s are nl functions or numpy ufuncs:
 
 from __future__ import annotations
 
-from nkibot.runner.sim.errors import ConstraintError, KernelError, SimError
-from nkibot.runner.sim.runtime import Kernel, activate, jit, run, simulate, stats
-from nkibot.runner.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.errors import ConstraintError, KernelError, SimError
+from nkibot.sim.runtime import Kernel, activate, jit, run, simulate, stats
+from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 __all__ = [
     "ConstraintError",

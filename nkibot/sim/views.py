@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nkibot.runner.sim import dtypes
-from nkibot.runner.sim.errors import fail
+from nkibot.sim import dtypes
+from nkibot.sim.errors import fail
 
 if TYPE_CHECKING:
-    from nkibot.runner.sim.tensor import NkiTensor
+    from nkibot.sim.tensor import NkiTensor
 
 
 def _address(arr: np.ndarray[Any, Any]) -> int:

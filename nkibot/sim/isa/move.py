@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.sim import dtypes, ops
-from nkibot.runner.sim.engines import (
+from nkibot.sim import dtypes, ops
+from nkibot.sim.engines import (
     count,
     free_size,
     in_buffer,
@@ -17,12 +17,12 @@ from nkibot.runner.sim.engines import (
     tensor,
     write,
 )
-from nkibot.runner.sim.errors import fail
-from nkibot.runner.sim.isa_enums import engine as _engine
-from nkibot.runner.sim.lang_core import _dma
-from nkibot.runner.sim.psum import settle
-from nkibot.runner.sim.state import current
-from nkibot.runner.sim.tensor import PMAX, MemoryRegion, NkiTensor
+from nkibot.sim.errors import fail
+from nkibot.sim.isa.enums import engine as _engine
+from nkibot.sim.language.core import _dma
+from nkibot.sim.psum import settle
+from nkibot.sim.state import current
+from nkibot.sim.tensor import PMAX, MemoryRegion, NkiTensor
 
 _DMA_OK = (MemoryRegion.sbuf, MemoryRegion.private_hbm, MemoryRegion.shared_hbm)
 
