@@ -15,8 +15,8 @@ from typing import Annotated, Literal
 import typer
 
 from nkibot.config.settings import Settings
-from nkibot.runner.backends import devices
-from nkibot.runner.backends.devices import NeuronDevice
+from nkibot.backends.neuron import devices
+from nkibot.backends.neuron.backend.devices import NeuronDevice
 
 Role = Literal["service", "runner", "local"]
 Status = Literal["ok", "warn", "fail"]

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from nkibot.cli import app
 from nkibot.config.settings import Settings
 from nkibot.doctor import Probes, exit_code, run_checks
-from nkibot.runner.backends.devices import NeuronDevice
+from nkibot.backends.neuron.backend.devices import NeuronDevice
 
 PEM = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
     serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

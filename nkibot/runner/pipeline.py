@@ -18,7 +18,7 @@ from nkibot.config.settings import Settings
 from nkibot.runner.agent.loop import LoopOutcome, run_loop
 from nkibot.runner.agent.prompts import kernel_function_name, snake_case
 from nkibot.runner.agent.tools import kernel_function
-from nkibot.runner.backends.base import KernelBackend
+from nkibot.backends.base import KernelBackend
 from nkibot.runner.models.base import ModelBackend
 from nkibot.runner.models.router import Router, RouterError, build_router
 from nkibot.results import (
@@ -99,7 +99,7 @@ async def convert(
 
     `core_id` pins the neuron backend's children to one NeuronCore (one runner worker each).
     """
-    from nkibot.runner.backends.select import select_backend
+    from nkibot.backends.select import select_backend
 
     started = time.monotonic()
     name = target or f"{task.source_path}::{task.entry_point}"

@@ -53,7 +53,7 @@ async def published_kernel(gh: Any, job: Job, path: str) -> str:
 async def reprofile(gh: Any, job: Job, task: Task, settings: Settings, *, kernel_path: str,
                     core_id: int | None) -> ConversionResult:
     from nkibot.runner.agent.tools import kernel_function
-    from nkibot.runner.backends.select import select_backend
+    from nkibot.backends.select import select_backend
     from nkibot.runner.reference import compute_reference
     from nkibot.runner.taskload import describe_kernel_args
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from nkibot.runner.backends.base import KernelBackend
+from nkibot.backends.base import KernelBackend
 from nkibot.results import (
     CompileResult,
     ConversionResult,
@@ -95,10 +95,10 @@ def check_kernel(task: Task, src: str, kernel_path: str, backend: KernelBackend,
 
 def _backend(name: str, function: str, kernel_file: str) -> KernelBackend:
     if name == "sim":
-        from nkibot.runner.backends.sim import SimBackend
+        from nkibot.backends.sim import SimBackend
 
         return SimBackend(function=function, kernel_file=kernel_file)
-    from nkibot.runner.backends.select import select_backend
+    from nkibot.backends.select import select_backend
 
     return select_backend("neuron")
 
@@ -141,7 +141,7 @@ def verify(
     from nkibot.config.settings import Settings
     from nkibot.jobs.targets import parse_shape
     from nkibot.logging import configure
-    from nkibot.runner.backends.sim import KernelSourceError, resolve_function
+    from nkibot.backends.sim import KernelSourceError, resolve_function
     from nkibot.runner.taskload import TaskLoadError, load_task
 
     configure("warning", json=False)  # stderr only: stdout carries the --json result

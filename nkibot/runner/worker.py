@@ -40,7 +40,7 @@ def worker_count(settings: Settings, cores: Callable[[], int] | None = None) -> 
     if settings.workers:
         return settings.workers
     if cores is None:
-        from nkibot.runner.backends.devices import neuron_core_count
+        from nkibot.backends.neuron.backend.devices import neuron_core_count
 
         cores = neuron_core_count
     try:

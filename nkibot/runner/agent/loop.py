@@ -18,7 +18,7 @@ from nkibot.config.settings import Settings
 from nkibot.logging import scrub
 from nkibot.runner.agent import feedback, knowledge, prompts
 from nkibot.runner.agent.tools import ToolOutcome, ToolRunner, extract_code
-from nkibot.runner.backends.base import KernelBackend
+from nkibot.backends.base import KernelBackend
 from nkibot.runner.models.base import Conversation, Message, ModelReply, ToolResult
 from nkibot.runner.models.router import Router
 from nkibot.results import (

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from nkibot.runner.agent import feedback, knowledge
-from nkibot.runner.backends.base import KernelBackend
+from nkibot.backends.base import KernelBackend
 from nkibot.runner.guards import jit_functions
 from nkibot.results import CompileResult, ToolCallRecord, VerifyResult
 from nkibot.runner.task import Task

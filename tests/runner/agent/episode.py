@@ -108,7 +108,7 @@ def sim_task(tmp_path_factory: pytest.TempPathFactory) -> SimTask:
 
 @pytest.fixture
 def sim_backend() -> Any:
-    from nkibot.runner.backends.sim import SimBackend
+    from nkibot.backends.sim import SimBackend
 
     return SimBackend()
 

@@ -126,7 +126,7 @@ class TestTemplateRuns:
         """The rank template's skeleton (with a partial last tile) traces on the real simulator."""
         import re
 
-        from nkibot.runner.backends.sim import SimBackend
+        from nkibot.backends.sim import SimBackend
 
         text = prompts.rank_template([2], "exp_kernel", "x")
         match = re.search(r"```python\n(.*?)```", text, re.DOTALL)

@@ -97,7 +97,7 @@ class TestBedrockBackend:
 class TestBedrockInTheLoop:
     async def test_bedrock_reply_verifies_through_the_loop(self, sim_task: SimTask) -> None:
         """A converse toolUse of verify_kernel is run by the loop on the real simulator."""
-        from nkibot.runner.backends.sim import SimBackend
+        from nkibot.backends.sim import SimBackend
 
         client = _client()
         settings = Settings(_env_file=None, bedrock_model_id=MODEL)

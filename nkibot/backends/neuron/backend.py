@@ -3,7 +3,7 @@
 Every step runs in the sandboxed child (`nkibot.runner.sandbox.run_sandboxed`), pinned
 to this worker's NeuronCore with `NEURON_RT_VISIBLE_CORES` and targeting Trn1 with
 `NEURON_PLATFORM_TARGET_OVERRIDE=trn1`. Compile and profile run
-`nkibot.runner.backends.neuron_device`; verify runs the shared verification harness
+`nkibot.backends.neuron.backend.device`; verify runs the shared verification harness
 (`nkibot.runner.harness`) with `backend: "neuron"`, so the trials and guards are the
 simulator's. Building commands and reading replies are pure functions below.
 """
@@ -18,18 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from nkibot.runner.backends import devices
-from nkibot.runner.backends.neff_cache import NeffCache, cache_key, default_cache_dir
-from nkibot.runner.backends.neuron_device import KERNEL_FILE, find_kernel_name
-from nkibot.runner.backends.neuron_parse import parse_compiler_log, timeout_diagnostic
-from nkibot.runner.backends.neuron_stats import latency_from_samples, speedup
+from nkibot.backends.neuron import devices
+from nkibot.backends.neuron.backend.neff_cache import NeffCache, cache_key, default_cache_dir
+from nkibot.backends.neuron.backend.device import KERNEL_FILE, find_kernel_name
+from nkibot.backends.neuron.backend.parse import parse_compiler_log, timeout_diagnostic
+from nkibot.backends.neuron.backend.stats import latency_from_samples, speedup
 from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
 from nkibot.runner.sandbox import SandboxOutcome, python_module_argv, run_sandboxed
 from nkibot.runner.task import Task
 
 TARGET = "trn1"
 MEASURED_ON = "Trn1 hardware"
-DEVICE_MODULE = "nkibot.runner.backends.neuron_device"
+DEVICE_MODULE = "nkibot.backends.neuron.backend.device"
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -188,7 +188,7 @@ class NeuronBackend:
 
     def verify(self, src: str, task: Task, reference: object) -> VerifyResult:
         """The shared harness's trials and guards, with the kernel run on this NeuronCore."""
-        from nkibot.runner.backends.sim import SimBackend
+        from nkibot.backends.sim import SimBackend
 
         with tempfile.TemporaryDirectory(prefix="nkibot-neuron-") as tmp:
             verifier = SimBackend(

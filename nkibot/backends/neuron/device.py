@@ -1,6 +1,6 @@
 """Device side of the neuron backend: runs inside the sandboxed child on a Trn1 host.
 
-`python -I -m nkibot.runner.backends.neuron_device` reads one JSON request on stdin
+`python -I -m nkibot.backends.neuron.backend.device` reads one JSON request on stdin
 (`{"op": "compile"|"profile", "src", "task", "artifacts", "warmup", "iters"}`) and
 prints one JSON reply on stdout. The parent sets, before this process starts,
 `NEURON_RT_VISIBLE_CORES=<core>` (the worker's NeuronCore, seen here as core 0),

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nkibot.runner.backends import devices
-from nkibot.runner.backends.devices import NeuronLsError, parse_neuron_ls
+from nkibot.backends.neuron import devices
+from nkibot.backends.neuron.backend.devices import NeuronLsError, parse_neuron_ls
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from nkibot.runner.backends import neuron_device as nd
+from nkibot.backends.neuron import device as nd
 from nkibot.runner.task import InputSpec, Task
 
 KERNEL = """

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from nkibot.runner.backends.neff_cache import NeffCache
-from nkibot.runner.backends.neuron import (
+from nkibot.backends.neuron.backend.neff_cache import NeffCache
+from nkibot.backends.neuron.backend import (
     MEASURED_ON,
     NeuronBackend,
     compiler_label,
@@ -87,7 +87,7 @@ class TestCommands:
         """The compile command runs the device module isolated, with the task as JSON."""
         cmd = device_command("compile", NUMPY_KERNEL, _task(), tmp_path, 0, timeout_s=120)
         assert cmd.argv[:3] == [sys.executable, "-I", "-m"]
-        assert cmd.argv[3] == "nkibot.runner.backends.neuron_device"
+        assert cmd.argv[3] == "nkibot.backends.neuron.backend.device"
         request = json.loads(cmd.stdin)
         assert request["op"] == "compile" and request["src"] == NUMPY_KERNEL
         assert request["task"]["inputs"][0]["shape"] == [4, 8]

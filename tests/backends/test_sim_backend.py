@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from nkibot.runner.backends.base import KernelBackend
-from nkibot.runner.backends.sim import MEASURED_ON, SimBackend
+from nkibot.backends.base import KernelBackend
+from nkibot.backends.sim import MEASURED_ON, SimBackend
 from nkibot.runner.reference import ReferenceSet, compute_reference
 from nkibot.runner.task import InputSpec, Task
 
-KERNELS = Path(__file__).resolve().parents[2] / "fixtures" / "kernels"
+KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
 
 
 def _src(name: str) -> str:

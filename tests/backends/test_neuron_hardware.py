@@ -2,7 +2,7 @@
 
 Marked `neuron`: collected everywhere, skipped with the conftest's stated reason where
 there is no NeuronCore and Neuron SDK. Run on a Trn1 host with
-`python -m pytest tests/runner/backends/test_neuron_hardware.py --backend=neuron -ra`.
+`python -m pytest tests/backends/test_neuron_hardware.py --backend=neuron -ra`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nkibot.runner.backends.neff_cache import NeffCache
-from nkibot.runner.backends.neuron import NeuronBackend
-from nkibot.runner.backends.select import select_backend
+from nkibot.backends.neuron.backend.neff_cache import NeffCache
+from nkibot.backends.neuron.backend import NeuronBackend
+from nkibot.backends.select import select_backend
 from nkibot.runner.task import InputSpec, Task
 
 pytestmark = pytest.mark.neuron
@@ -68,7 +68,7 @@ class TestTrn1Device:
         """run_on_device returns a + b computed on the NeuronCore."""
         monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
         monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0")
-        from nkibot.runner.backends import neuron_device
+        from nkibot.backends.neuron import device as neuron_device
 
         kernel = neuron_device.load_source(ADD_KERNEL, tmp_path / "kernel.py", "add_kernel")
         rng = np.random.default_rng(0)

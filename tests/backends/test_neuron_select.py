@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from nkibot.runner.backends.base import KernelBackend
-from nkibot.runner.backends.neuron import NeuronBackend
-from nkibot.runner.backends.select import BackendUnavailable, select_backend
+from nkibot.backends.base import KernelBackend
+from nkibot.backends.neuron.backend import NeuronBackend
+from nkibot.backends.select import BackendUnavailable, select_backend
 
 
 class StubSim:

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, cast
 
-from nkibot.runner.backends import devices
-from nkibot.runner.backends.base import KernelBackend
+from nkibot.backends.neuron import devices
+from nkibot.backends.base import KernelBackend
 
 BackendName = Literal["auto", "sim", "neuron"]
 
@@ -24,7 +24,7 @@ class BackendUnavailable(RuntimeError):
 
 def _sim_backend() -> KernelBackend:
     # Imported lazily: the simulator pulls in NumPy-heavy modules the CLI may not need.
-    module = importlib.import_module("nkibot.runner.backends.sim")
+    module = importlib.import_module("nkibot.backends.sim")
     return cast(KernelBackend, module.SimBackend())
 
 
@@ -45,8 +45,8 @@ def select_backend(
         raise BackendUnavailable("the neuron backend cannot run here: " + "; ".join(missing))
     if name == "auto" and missing:
         return sim_factory()
-    from nkibot.runner.backends.neff_cache import NeffCache
-    from nkibot.runner.backends.neuron import NeuronBackend
+    from nkibot.backends.neuron.backend.neff_cache import NeffCache
+    from nkibot.backends.neuron.backend import NeuronBackend
 
     return NeuronBackend(
         core_id,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nkibot.runner.backends.neff_cache import NeffCache, cache_key
+from nkibot.backends.neuron.backend.neff_cache import NeffCache, cache_key
 from nkibot.results import CompileResult
 from nkibot.runner.task import InputSpec
 

@@ -1,0 +1,1 @@
+"""The Neuron backend: neuronx-cc compile, NeuronCore run and profile, NEFF cache, log parsing."""
