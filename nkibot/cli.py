@@ -28,7 +28,7 @@ def _root() -> None:
 from nkibot.runner.convert_cli import convert  # noqa: E402
 
 app.command("convert")(convert)
-from nkibot.runner.verify_cli import verify  # noqa: E402
+from nkibot.verify.cli import verify  # noqa: E402
 
 app.command("verify")(verify)
 from nkibot.bot.cli import dispatch, replay, serve  # noqa: E402

@@ -43,7 +43,7 @@ def _aws_credentials() -> bool:
 
 
 def _netns() -> bool:
-    from nkibot.runner.sandbox import network_isolation_available
+    from nkibot.verify.sandbox import network_isolation_available
 
     return network_isolation_available()
 

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nkibot.runner.evaluate import KernelRun, judge
-from nkibot.runner.guards import jit_functions, static_findings
-from nkibot.runner.harness import HarnessReply, run_harness
-from nkibot.runner.harness_protocol import load_array
-from nkibot.runner.reference import ReferenceSet
+from nkibot.verify.judge import KernelRun, judge
+from nkibot.verify.guards import jit_functions, static_findings
+from nkibot.verify.harness import HarnessReply, run_harness
+from nkibot.verify.protocol import load_array
+from nkibot.verify.reference import ReferenceSet
 from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
-from nkibot.runner.sandbox import SandboxOutcome, run_sandboxed
+from nkibot.verify.sandbox import SandboxOutcome, run_sandboxed
 from nkibot.runner.task import Task
 from nkibot.runner.taskload import describe_kernel_args
 

@@ -128,7 +128,7 @@ async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started
                stage: Stage, *, settings: Settings, turns: int | None,
                on_turn: Callable[[TurnRecord], None] | None,
                should_stop: Callable[[], bool] | None) -> ConversionResult:
-    from nkibot.runner.reference import compute_reference
+    from nkibot.verify.reference import compute_reference
     from nkibot.runner.taskload import describe_kernel_args
 
     if should_stop is not None and should_stop():

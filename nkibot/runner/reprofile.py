@@ -54,7 +54,7 @@ async def reprofile(gh: Any, job: Job, task: Task, settings: Settings, *, kernel
                     core_id: int | None) -> ConversionResult:
     from nkibot.runner.agent.tools import kernel_function
     from nkibot.backends.select import select_backend
-    from nkibot.runner.reference import compute_reference
+    from nkibot.verify.reference import compute_reference
     from nkibot.runner.taskload import describe_kernel_args
 
     started = time.monotonic()

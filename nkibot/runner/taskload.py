@@ -18,8 +18,8 @@ from nkibot.jobs.model import ShapeOverride
 
 # One parser for `NAME=DIMSxDTYPE`, shared with `/nki convert --shape` and the repo config.
 from nkibot.runner.discovery import TargetError, discover, triton_launcher
-from nkibot.runner.harness import run_harness
-from nkibot.runner.reference import harness_env, reference_path
+from nkibot.verify.harness import run_harness
+from nkibot.verify.reference import harness_env, reference_path
 from nkibot.results import KernelArg
 from nkibot.runner.task import Dtype, InputSpec, Task, Tolerance, default_tolerances
 

@@ -23,8 +23,8 @@ from nkibot.backends.neuron.backend import (
     device_env,
     profile_result_from,
 )
-from nkibot.runner.reference import compute_reference
-from nkibot.runner.sandbox import SandboxOutcome
+from nkibot.verify.reference import compute_reference
+from nkibot.verify.sandbox import SandboxOutcome
 from nkibot.runner.task import InputSpec, Task
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -200,7 +200,7 @@ class TestVerify:
             fake = FakeSandbox(None)
             result = NeuronBackend(2, sdk=SDK, runner=fake).verify(NUMPY_KERNEL, task, reference)
         call = fake.calls[0]
-        assert call["argv"][-1] == "nkibot.runner.harness"
+        assert call["argv"][-1] == "nkibot.verify.harness"
         assert call["request"]["op"] == "run_kernel"
         assert call["request"]["device"] == "neuron"
         assert call["request"]["function"] == "add_kernel"

@@ -1,10 +1,10 @@
 """The neuron KernelBackend: neuronx-cc compile, on-device verify and profile on Trn1.
 
-Every step runs in the sandboxed child (`nkibot.runner.sandbox.run_sandboxed`), pinned
+Every step runs in the sandboxed child (`nkibot.verify.sandbox.run_sandboxed`), pinned
 to this worker's NeuronCore with `NEURON_RT_VISIBLE_CORES` and targeting Trn1 with
 `NEURON_PLATFORM_TARGET_OVERRIDE=trn1`. Compile and profile run
 `nkibot.backends.neuron.backend.device`; verify runs the shared verification harness
-(`nkibot.runner.harness`) with `backend: "neuron"`, so the trials and guards are the
+(`nkibot.verify.harness`) with `backend: "neuron"`, so the trials and guards are the
 simulator's. Building commands and reading replies are pure functions below.
 """
 
@@ -24,7 +24,7 @@ from nkibot.backends.neuron.backend.device import KERNEL_FILE, find_kernel_name
 from nkibot.backends.neuron.backend.parse import parse_compiler_log, timeout_diagnostic
 from nkibot.backends.neuron.backend.stats import latency_from_samples, speedup
 from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
-from nkibot.runner.sandbox import SandboxOutcome, python_module_argv, run_sandboxed
+from nkibot.verify.sandbox import SandboxOutcome, python_module_argv, run_sandboxed
 from nkibot.runner.task import Task
 
 TARGET = "trn1"

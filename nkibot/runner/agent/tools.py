@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from nkibot.runner.agent import feedback, knowledge
 from nkibot.backends.base import KernelBackend
-from nkibot.runner.guards import jit_functions
+from nkibot.verify.guards import jit_functions
 from nkibot.results import CompileResult, ToolCallRecord, VerifyResult
 from nkibot.runner.task import Task
 

@@ -97,7 +97,7 @@ class SimTask:
 @pytest.fixture(scope="session")
 def sim_task(tmp_path_factory: pytest.TempPathFactory) -> SimTask:
     """The tanh*2 task over a 256x64 input, loaded and referenced by the real harness."""
-    from nkibot.runner.reference import compute_reference
+    from nkibot.verify.reference import compute_reference
     from nkibot.runner.taskload import describe_kernel_args, load_task
 
     path = tmp_path_factory.mktemp("ref") / "scale.py"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from nkibot.runner.models.base import Conversation, ModelReply, ToolCall
 from nkibot.runner.models.lowering.plan import Declined, Lowered
-from nkibot.runner.sandbox import python_module_argv, run_sandboxed
+from nkibot.verify.sandbox import python_module_argv, run_sandboxed
 from nkibot.runner.task import Task
 
 CALL_ID = "lowering-verify"

@@ -7,7 +7,7 @@ import warnings
 import pytest
 from lowering_support import lower_ok, make_task, module_source
 
-from nkibot.runner.guards import static_check
+from nkibot.verify.guards import static_check
 
 with warnings.catch_warnings():
     # libcst's metadata package imports mypy_extensions.TypedDict, deprecated there

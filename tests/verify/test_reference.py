@@ -1,4 +1,4 @@
-"""Reference outputs (nkibot.runner.reference): a Triton kernel's launcher as the reference."""
+"""Reference outputs (nkibot.verify.reference): a Triton kernel's launcher as the reference."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nkibot.runner.reference import ReferenceRunError, compute_reference, harness_env
+from nkibot.verify.reference import ReferenceRunError, compute_reference, harness_env
 from nkibot.runner.task import Task
 from nkibot.runner.taskload import load_task
 

@@ -1,6 +1,6 @@
 """Harness child ops that need torch: describe the reference, compute reference outputs.
 
-Runs only inside the sandboxed child (`nkibot.runner.harness`). Seeds: the module is
+Runs only inside the sandboxed child (`nkibot.verify.harness`). Seeds: the module is
 built under `torch.manual_seed(0)` so its parameters are the same for every trial;
 each trial's inputs come from `get_inputs()` under `torch.manual_seed(seed)` when the
 file has one (and its shapes match the task's specs), else from a standard normal.
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nkibot.runner.harness_protocol import LOW_PRECISION, NUMPY_DTYPES, save_array
+from nkibot.verify.protocol import LOW_PRECISION, NUMPY_DTYPES, save_array
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,

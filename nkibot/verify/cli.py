@@ -51,7 +51,7 @@ def verdict(compiled: CompileResult, verified: VerifyResult | None) -> tuple[Sta
 def static_rejection(src: str, target: str, kernel_path: str, function: str,
                      backend: str) -> ConversionResult | None:
     """The failed result for a kernel that breaks a static rule; None when it breaks none."""
-    from nkibot.runner.guards import static_findings
+    from nkibot.verify.guards import static_findings
 
     findings = static_findings(src)
     if not findings:
@@ -70,7 +70,7 @@ def static_rejection(src: str, target: str, kernel_path: str, function: str,
 def check_kernel(task: Task, src: str, kernel_path: str, backend: KernelBackend,
                  function: str) -> ConversionResult:
     """Compile, then (if that worked) compute the reference and verify against it."""
-    from nkibot.runner.reference import ReferenceRunError, compute_reference
+    from nkibot.verify.reference import ReferenceRunError, compute_reference
     from nkibot.runner.taskload import describe_kernel_args
 
     started = time.monotonic()

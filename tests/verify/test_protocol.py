@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nkibot.runner.harness_protocol import to_kernel_dtype
+from nkibot.verify.protocol import to_kernel_dtype
 
 
 class TestToKernelDtype:

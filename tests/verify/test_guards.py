@@ -1,10 +1,10 @@
-"""Static rules on kernel source (nkibot.runner.guards)."""
+"""Static rules on kernel source (nkibot.verify.guards)."""
 
 from __future__ import annotations
 
 import pytest
 
-from nkibot.runner.guards import jit_functions, static_check, static_findings
+from nkibot.verify.guards import jit_functions, static_check, static_findings
 
 CLEAN = """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Judging a kernel run over all trials, with the dynamic guards (nkibot.runner.evaluate)."""
+"""Judging a kernel run over all trials, with the dynamic guards (nkibot.verify.judge)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nkibot.runner.evaluate import KernelRun, judge
-from nkibot.runner.harness_protocol import save_array
-from nkibot.runner.reference import ReferenceSet, ReferenceTrial
+from nkibot.verify.judge import KernelRun, judge
+from nkibot.verify.protocol import save_array
+from nkibot.verify.reference import ReferenceSet, ReferenceTrial
 from nkibot.runner.task import InputSpec, Task
 
 Fn = Callable[[np.ndarray], np.ndarray]

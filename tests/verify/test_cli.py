@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from nkibot.cli import app
 from nkibot.results import CompileResult, VerifyResult
-from nkibot.runner.verify_cli import verdict
+from nkibot.verify.cli import verdict
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
 TARGET = f"{KERNELS / 'relu_ref.py'}::Model"

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.harness import run_harness
-from nkibot.runner.harness_protocol import LOW_PRECISION, load_array
+from nkibot.verify.harness import run_harness
+from nkibot.verify.protocol import LOW_PRECISION, load_array
 from nkibot.runner.task import Task
 
 LARGE_SCALE = 10.0

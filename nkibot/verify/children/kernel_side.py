@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.harness import error_dict
-from nkibot.runner.harness_protocol import (
+from nkibot.verify.harness import error_dict
+from nkibot.verify.protocol import (
     load_array,
     random_array,
     save_array,

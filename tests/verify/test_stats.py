@@ -1,4 +1,4 @@
-"""Error statistics of a kernel output against the reference (nkibot.runner.verify)."""
+"""Error statistics of a kernel output against the reference (nkibot.verify.stats)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 
 from nkibot.runner.task import Tolerance
-from nkibot.runner.verify import Expected, compare, dtype_ok, mismatch_reason, near_constant
+from nkibot.verify.stats import Expected, compare, dtype_ok, mismatch_reason, near_constant
 
 TOL = Tolerance(atol=1e-3, rtol=1e-3)
 

@@ -1,4 +1,4 @@
-"""The sandboxed harness: `python -m nkibot.runner.harness`, one JSON request on stdin.
+"""The sandboxed harness: `python -m nkibot.verify.harness`, one JSON request on stdin.
 
 Ops:
 - `describe`: import the reference, report its forward inputs, init args and state_dict;
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nkibot.runner.sandbox import SandboxOutcome, python_module_argv, run_sandboxed
+from nkibot.verify.sandbox import SandboxOutcome, python_module_argv, run_sandboxed
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def run_harness(
     `runner` is the sandbox entry point (injectable so backends can be unit-tested).
     """
     outcome = runner(
-        python_module_argv("nkibot.runner.harness"),
+        python_module_argv("nkibot.verify.harness"),
         json.dumps(request).encode(),
         timeout_s=timeout_s,
         memory_mb=memory_mb,
@@ -107,14 +107,14 @@ _SIM_KINDS = frozenset({"ConstraintError", "KernelError"})
 def _dispatch(request: dict[str, Any]) -> dict[str, Any]:
     op = request.get("op")
     if op in ("describe", "reference"):
-        from nkibot.runner import harness_torch
+        from nkibot.verify.children import torch_side
 
-        return harness_torch.describe(request) if op == "describe" else (
-            harness_torch.reference(request))
+        return torch_side.describe(request) if op == "describe" else (
+            torch_side.reference(request))
     if op == "run_kernel":
-        from nkibot.runner import harness_kernel
+        from nkibot.verify.children import kernel_side
 
-        return harness_kernel.run_kernel(request)
+        return kernel_side.run_kernel(request)
     return {"ok": False, "error": {"type": "BadRequest", "message": f"unknown op {op!r}"}}
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from nkibot.runner.sandbox import network_isolation_available, python_module_argv, run_sandboxed
+from nkibot.verify.sandbox import network_isolation_available, python_module_argv, run_sandboxed
 
 
 class TestRunSandboxed:

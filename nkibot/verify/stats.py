@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.harness_protocol import is_float
+from nkibot.verify.protocol import is_float
 from nkibot.results import TrialStats, WorstElement
 from nkibot.runner.task import Tolerance
 

@@ -1,4 +1,4 @@
-"""The sandboxed harness child and reference sets (nkibot.runner.harness, .reference)."""
+"""The sandboxed harness child and reference sets (nkibot.verify.harness, .reference)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from nkibot.jobs.targets import parse_shape
-from nkibot.runner.harness import run_harness
-from nkibot.runner.harness_protocol import load_array
-from nkibot.runner.reference import ReferenceRunError, ReferenceSet, compute_reference
+from nkibot.verify.harness import run_harness
+from nkibot.verify.protocol import load_array
+from nkibot.verify.reference import ReferenceRunError, ReferenceSet, compute_reference
 from nkibot.runner.task import InputSpec, Task
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
