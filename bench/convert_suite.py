@@ -3,9 +3,9 @@
     python bench/convert_suite.py bench/tasks [--model lowering] [--backend sim]
                                   [--entry Model] [--match PATTERN] [--json OUT.json]
 
-Each file is loaded with `nkibot.runner.taskload.load_task` (shapes from its
+Each file is loaded with `nkibot.convert.taskload.load_task` (shapes from its
 `get_inputs()`, constructor arguments from `get_init_inputs()`) and converted with
-`nkibot.runner.pipeline.convert`. A file's category is its `# category: X` comment near
+`nkibot.convert.pipeline.convert`. A file's category is its `# category: X` comment near
 the top, else its sub-folder's name (so a KernelBench checkout groups by level). Prints
 one line per task as it finishes, then per category: verified / declined / failed, mean
 seconds per task, and tokens used. A crash on one task is recorded as a failure and the
@@ -56,8 +56,8 @@ def task_files(root: Path, entry: str, match: str | None) -> list[Path]:
 
 async def convert_one(path: Path, root: Path, entry: str, model: str, backend: str) -> Outcome:
     from nkibot.config.settings import Settings
-    from nkibot.runner.pipeline import convert
-    from nkibot.runner.taskload import TaskLoadError, load_task
+    from nkibot.convert.pipeline import convert
+    from nkibot.convert.taskload import TaskLoadError, load_task
 
     category = category_of(path, root)
     started = time.monotonic()

@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 
-from nkibot.bot.github import installation_client  # noqa: E402
 from nkibot.config.settings import Settings  # noqa: E402
+from nkibot.github.client import installation_client  # noqa: E402
 from nkibot.jobs.factory import open_job_state, open_queue  # noqa: E402
 from nkibot.jobs.model import Job, Trigger  # noqa: E402
 from nkibot.logging import configure  # noqa: E402

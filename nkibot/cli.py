@@ -25,10 +25,10 @@ def _root() -> None:
 
 
 # --- registrations: one line per command, owned by the module it names -------------
-from nkibot.runner.convert_cli import convert  # noqa: E402
+from nkibot.convert.cli import convert  # noqa: E402
 
 app.command("convert")(convert)
-from nkibot.verify.cli import verify  # noqa: E402
+from nkibot.convert.verify_cli import verify  # noqa: E402
 
 app.command("verify")(verify)
 from nkibot.bot.cli import dispatch, replay, serve  # noqa: E402
@@ -36,7 +36,7 @@ from nkibot.bot.cli import dispatch, replay, serve  # noqa: E402
 app.command("serve")(serve)
 app.command("dispatch")(dispatch)
 app.command("replay")(replay)
-from nkibot.runner.worker_cli import runner  # noqa: E402
+from nkibot.runner.cli import runner  # noqa: E402
 
 app.command("runner")(runner)
 from nkibot.doctor import doctor  # noqa: E402

@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 
 import typer
 
-from nkibot.config.settings import Settings
 from nkibot.backends.neuron import devices
-from nkibot.backends.neuron.backend.devices import NeuronDevice
+from nkibot.backends.neuron.devices import NeuronDevice
+from nkibot.config.settings import Settings
 
 Role = Literal["service", "runner", "local"]
 Status = Literal["ok", "warn", "fail"]

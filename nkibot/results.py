@@ -10,7 +10,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from nkibot.runner.task import CALLING_CONVENTION
+#: How every generated kernel takes its arguments (recorded in each result).
+CALLING_CONVENTION = (
+    "kernel(*forward_inputs, *state_dict_tensors) -> output | tuple[outputs]: "
+    "forward's tensor inputs in order, then parameters and buffers in state_dict() order; "
+    "int64 tensors arrive as int32 (NKI has no 64-bit integers)"
+)
+
 
 Status = Literal["verified", "compiled", "failed", "declined", "cancelled"]
 

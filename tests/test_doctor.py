@@ -10,10 +10,10 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from pydantic import SecretStr
 from typer.testing import CliRunner
 
+from nkibot.backends.neuron.devices import NeuronDevice
 from nkibot.cli import app
 from nkibot.config.settings import Settings
 from nkibot.doctor import Probes, exit_code, run_checks
-from nkibot.backends.neuron.backend.devices import NeuronDevice
 
 PEM = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
     serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from nkibot.results import CompileResult, ProfileResult, VerifyResult
-from nkibot.runner.task import Task
+from nkibot.task import Task
 
 
 class ReferenceOutputs(Protocol):

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, cast
 
-from nkibot.backends.neuron import devices
 from nkibot.backends.base import KernelBackend
+from nkibot.backends.neuron import devices
 
 BackendName = Literal["auto", "sim", "neuron"]
 
@@ -45,8 +45,8 @@ def select_backend(
         raise BackendUnavailable("the neuron backend cannot run here: " + "; ".join(missing))
     if name == "auto" and missing:
         return sim_factory()
-    from nkibot.backends.neuron.backend.neff_cache import NeffCache
     from nkibot.backends.neuron.backend import NeuronBackend
+    from nkibot.backends.neuron.neff_cache import NeffCache
 
     return NeuronBackend(
         core_id,

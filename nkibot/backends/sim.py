@@ -16,15 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nkibot.verify.judge import KernelRun, judge
+from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
+from nkibot.task import Task, describe_kernel_args
 from nkibot.verify.guards import jit_functions, static_findings
 from nkibot.verify.harness import HarnessReply, run_harness
+from nkibot.verify.judge import KernelRun, judge
 from nkibot.verify.protocol import load_array
 from nkibot.verify.reference import ReferenceSet
-from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
 from nkibot.verify.sandbox import SandboxOutcome, run_sandboxed
-from nkibot.runner.task import Task
-from nkibot.runner.taskload import describe_kernel_args
 
 MEASURED_ON = "simulator: not a latency measurement"
 

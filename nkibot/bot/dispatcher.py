@@ -17,11 +17,11 @@ import structlog
 from githubkit.webhooks import parse
 
 from nkibot.bot.delivery import Delivery
-from nkibot.bot.facts import gather
-from nkibot.bot.gateway import GitHubGateway
-from nkibot.bot.github import installation_client
 from nkibot.bot.metrics import Metrics
 from nkibot.config.settings import Settings
+from nkibot.github.client import installation_client
+from nkibot.github.facts import gather
+from nkibot.github.gateway import GitHubGateway
 from nkibot.handlers.decide import decide, screen
 from nkibot.handlers.decision import Decision, Policy, ignore
 from nkibot.handlers.events import Incoming, summarize

@@ -13,8 +13,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from nkibot.config.settings import Permission
+from nkibot.config.targets import TargetError, parse_shape, validate_target
 from nkibot.jobs.model import ShapeOverride
-from nkibot.jobs.targets import TargetError, parse_shape, validate_target
 
 CONFIG_PATH = ".github/nki-bot.yml"
 MAX_EXTENDS_DEPTH = 5

@@ -1,10 +1,10 @@
 """Pure decisions: an event plus gathered facts becomes a Decision (no I/O here)."""
 
+from nkibot.config.targets import TargetError, parse_shape, validate_target
 from nkibot.handlers.commands import Command, CommandError, parse_comment
 from nkibot.handlers.decide import Needs, decide, screen
 from nkibot.handlers.decision import Decision, Facts, Policy, ignore
 from nkibot.handlers.events import Incoming, summarize
-from nkibot.jobs.targets import TargetError, parse_shape, validate_target
 
 __all__ = [
     "Command",

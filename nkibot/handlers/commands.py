@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nkibot.config.targets import MAX_TARGETS, TargetError, parse_shape, validate_target
 from nkibot.jobs.model import JobOptions, ShapeOverride
-from nkibot.jobs.targets import MAX_TARGETS, TargetError, parse_shape, validate_target
 
 PREFIX = "/nki"
 MAX_COMMAND_CHARS = 2000

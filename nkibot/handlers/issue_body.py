@@ -8,7 +8,7 @@ import yaml
 from pydantic import ValidationError
 
 from nkibot.config.repo import TargetSpec
-from nkibot.jobs.targets import MAX_TARGETS, TargetError, validate_target
+from nkibot.config.targets import MAX_TARGETS, TargetError, validate_target
 
 _FENCE = re.compile(r"^(```|~~~)\s*(ya?ml)\s*$", re.I)
 _TARGET_LINE = re.compile(r"^[-*]?\s*`?([^\s`]+\.py::[A-Za-z_][A-Za-z0-9_]*)`?\s*$")

@@ -17,23 +17,10 @@ from typing import Any, Literal
 
 import structlog
 
-from nkibot.bot.gateway import GitHubGateway
-from nkibot.bot.publish import Publisher, output_paths, plan_publication
-from nkibot.bot.render import (
-    check_run_output,
-    conclusion,
-    error_comment,
-    error_output,
-    progress_output,
-    reply_comment,
-)
 from nkibot.config.repo import ConfigError, RepoConfig, load_repo_config
 from nkibot.config.settings import Settings
-from nkibot.jobs.model import Job
-from nkibot.runner.artifacts import header_line_count
-from nkibot.runner.checks import CheckRun, reply_once
-from nkibot.runner.codemod import CodemodError, integrate_dispatch
-from nkibot.runner.discovery import (
+from nkibot.convert.codemod import CodemodError, integrate_dispatch
+from nkibot.convert.discovery import (
     TargetError,
     choose_shapes,
     discover,
@@ -42,10 +29,23 @@ from nkibot.runner.discovery import (
     triton_launcher,
     triton_reference,
 )
-from nkibot.runner.progress import ProgressReporter
+from nkibot.github.artifacts import header_line_count
+from nkibot.github.checks import CheckRun, reply_once
+from nkibot.github.gateway import GitHubGateway
+from nkibot.github.publish import Publisher, output_paths, plan_publication
+from nkibot.github.render import (
+    check_run_output,
+    conclusion,
+    error_comment,
+    error_output,
+    progress_output,
+    reply_comment,
+)
+from nkibot.jobs.model import Job
 from nkibot.results import ConversionResult
-from nkibot.runner.task import Task, Tolerance
+from nkibot.runner.progress import ProgressReporter
 from nkibot.runner.workspace import python_files, resolve_inside, workspace
+from nkibot.task import Task, Tolerance
 
 log = structlog.get_logger("nkibot.runner.job")
 Outcome = Literal["done", "release"]
@@ -140,7 +140,7 @@ def _reference(root: Path, job: Job, config: RepoConfig, path: str, name: str, f
 
 async def prepare(gh: Any, job: Job, root: Path, settings: Settings) -> Prepared:
     """Config, discovery and the Task (the reference is described in the sandbox)."""
-    from nkibot.runner.taskload import TaskLoadError, load_task
+    from nkibot.convert.taskload import TaskLoadError, load_task
 
     config = await _config(gh, job, root)
     path, name, file = _locate(root, job.target)
@@ -184,7 +184,7 @@ def integration(prep: Prepared, result: ConversionResult, root: Path) -> dict[st
 async def run_conversion(task: Task, settings: Settings, job: Job, *, core_id: int | None,
                          on_turn: Callable[..., None], should_stop: Callable[[], bool],
                          on_stage: Callable[[str], None] | None = None) -> ConversionResult:
-    from nkibot.runner.pipeline import convert
+    from nkibot.convert.pipeline import convert
 
     return await convert(
         task, settings=settings, model=job.options.model or settings.model,
@@ -254,7 +254,7 @@ class JobRunner:
         return "done"
 
     async def _reprofile(self, prep: Prepared) -> ConversionResult:
-        from nkibot.runner.pipeline import kernel_path
+        from nkibot.convert.pipeline import kernel_path
         from nkibot.runner.reprofile import reprofile
 
         self.timings.on_stage("reference")

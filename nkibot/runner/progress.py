@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from nkibot.bot.render import CheckRunOutput, progress_output
+from nkibot.github.render import CheckRunOutput, progress_output
 from nkibot.results import TurnRecord
 
 log = structlog.get_logger("nkibot.runner.progress")

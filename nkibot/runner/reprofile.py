@@ -16,10 +16,10 @@ from typing import Any
 from githubkit.exception import RequestFailed
 
 from nkibot.config.settings import Settings
+from nkibot.convert.discovery import TargetError
 from nkibot.jobs.model import Job, target_slug
-from nkibot.runner.discovery import TargetError
 from nkibot.results import ConversionResult, KernelInfo, Status
-from nkibot.runner.task import Task
+from nkibot.task import Task
 
 
 def strip_header(text: str) -> str:
@@ -52,10 +52,10 @@ async def published_kernel(gh: Any, job: Job, path: str) -> str:
 
 async def reprofile(gh: Any, job: Job, task: Task, settings: Settings, *, kernel_path: str,
                     core_id: int | None) -> ConversionResult:
-    from nkibot.runner.agent.tools import kernel_function
     from nkibot.backends.select import select_backend
+    from nkibot.convert.agent.tools import kernel_function
+    from nkibot.task import describe_kernel_args
     from nkibot.verify.reference import compute_reference
-    from nkibot.runner.taskload import describe_kernel_args
 
     started = time.monotonic()
     source = strip_header(await published_kernel(gh, job, kernel_path))

@@ -19,12 +19,12 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from nkibot.bot.render import error_comment, error_output
 from nkibot.config.settings import Settings
+from nkibot.github.checks import CheckRun, cancelled_on_github, reply_once
+from nkibot.github.render import error_comment, error_output
 from nkibot.jobs.model import Job
 from nkibot.jobs.queue import Lease, Queue
 from nkibot.jobs.state import JobStateStore
-from nkibot.runner.checks import CheckRun, cancelled_on_github, reply_once
 from nkibot.runner.jobrun import JobRunner, Timings
 
 log = structlog.get_logger("nkibot.runner")
@@ -40,7 +40,7 @@ def worker_count(settings: Settings, cores: Callable[[], int] | None = None) -> 
     if settings.workers:
         return settings.workers
     if cores is None:
-        from nkibot.backends.neuron.backend.devices import neuron_core_count
+        from nkibot.backends.neuron.devices import neuron_core_count
 
         cores = neuron_core_count
     try:

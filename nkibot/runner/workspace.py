@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from nkibot.runner.discovery import TargetError
+from nkibot.convert.discovery import TargetError
 
 CHUNK = 1 << 16
 #: Uncompressed size allowed per compressed byte of cap (guards against tar bombs).

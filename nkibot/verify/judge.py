@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from nkibot.results import Diagnostic, TrialStats
+from nkibot.task import Task, Tolerance
 from nkibot.verify.protocol import dtype_name
 from nkibot.verify.reference import ReferenceSet
-from nkibot.results import Diagnostic, TrialStats
-from nkibot.runner.task import Task, Tolerance
 from nkibot.verify.stats import Expected, compare, mismatch_reason, near_constant
 
 _PRECISION = {"float8_e4m3": 0, "float8_e5m2": 0, "bfloat16": 1, "float16": 2, "float32": 3}

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from nkibot.task import Task
 from nkibot.verify.harness import run_harness
 from nkibot.verify.protocol import LOW_PRECISION, load_array
-from nkibot.runner.task import Task
 
 LARGE_SCALE = 10.0
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.verify.protocol import is_float
 from nkibot.results import TrialStats, WorstElement
-from nkibot.runner.task import Tolerance
+from nkibot.task import Tolerance
+from nkibot.verify.protocol import is_float
 
 WORST = 5
 _EXACT = Tolerance(atol=0.0, rtol=0.0)

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from nkibot.backends.neuron.backend.neff_cache import NeffCache
 from nkibot.backends.neuron.backend import (
     MEASURED_ON,
     NeuronBackend,
@@ -23,9 +22,10 @@ from nkibot.backends.neuron.backend import (
     device_env,
     profile_result_from,
 )
+from nkibot.backends.neuron.neff_cache import NeffCache
+from nkibot.task import InputSpec, Task
 from nkibot.verify.reference import compute_reference
 from nkibot.verify.sandbox import SandboxOutcome
-from nkibot.runner.task import InputSpec, Task
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SDK = {"nki": "0.4.0", "neuronx-cc": "2.22.1"}
@@ -87,7 +87,7 @@ class TestCommands:
         """The compile command runs the device module isolated, with the task as JSON."""
         cmd = device_command("compile", NUMPY_KERNEL, _task(), tmp_path, 0, timeout_s=120)
         assert cmd.argv[:3] == [sys.executable, "-I", "-m"]
-        assert cmd.argv[3] == "nkibot.backends.neuron.backend.device"
+        assert cmd.argv[3] == "nkibot.backends.neuron.device"
         request = json.loads(cmd.stdin)
         assert request["op"] == "compile" and request["src"] == NUMPY_KERNEL
         assert request["task"]["inputs"][0]["shape"] == [4, 8]

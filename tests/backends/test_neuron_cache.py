@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from nkibot.backends.neuron.backend.neff_cache import NeffCache, cache_key
+from nkibot.backends.neuron.neff_cache import NeffCache, cache_key
 from nkibot.results import CompileResult
-from nkibot.runner.task import InputSpec
+from nkibot.task import InputSpec
 
 SRC = "import nki\n@nki.jit\ndef k(a):\n    return a\n"
 SPECS = [InputSpec(name="a", shape=(128, 512), dtype="float32")]

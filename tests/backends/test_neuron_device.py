@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nkibot.backends.neuron import device as nd
-from nkibot.runner.task import InputSpec, Task
+from nkibot.task import InputSpec, Task
 
 KERNEL = """
 import nki

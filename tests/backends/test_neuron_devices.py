@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nkibot.backends.neuron import devices
-from nkibot.backends.neuron.backend.devices import NeuronLsError, parse_neuron_ls
+from nkibot.backends.neuron.devices import NeuronLsError, parse_neuron_ls
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

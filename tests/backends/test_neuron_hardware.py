@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nkibot.backends.neuron.backend.neff_cache import NeffCache
 from nkibot.backends.neuron.backend import NeuronBackend
+from nkibot.backends.neuron.neff_cache import NeffCache
 from nkibot.backends.select import select_backend
-from nkibot.runner.task import InputSpec, Task
+from nkibot.task import InputSpec, Task
 
 pytestmark = pytest.mark.neuron
 

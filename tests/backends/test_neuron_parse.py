@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nkibot.backends.neuron.backend.parse import classify, parse_compiler_log, timeout_diagnostic
+from nkibot.backends.neuron.parse import classify, parse_compiler_log, timeout_diagnostic
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nkibot.backends.neuron.backend.stats import (
+from nkibot.backends.neuron.stats import (
     latency_from_samples,
     ms_to_us,
     nearest_rank,

@@ -9,8 +9,8 @@ import pytest
 
 from nkibot.backends.base import KernelBackend
 from nkibot.backends.sim import MEASURED_ON, SimBackend
+from nkibot.task import InputSpec, Task
 from nkibot.verify.reference import ReferenceSet, compute_reference
-from nkibot.runner.task import InputSpec, Task
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
 

@@ -13,8 +13,8 @@ import pytest
 from githubkit import GitHub
 from githubkit.exception import RequestFailed
 
-from nkibot.bot.github import installation_client
 from nkibot.config.settings import Settings
+from nkibot.github.client import installation_client
 from tests.fakes.github import GitHubDouble
 
 REPO = ("acme", "kernels")

@@ -15,8 +15,8 @@ import pytest
 
 from nkibot.bot.app import create_app
 from nkibot.bot.dispatcher import Dispatcher
-from nkibot.bot.github import installation_client
 from nkibot.config.settings import Settings
+from nkibot.github.client import installation_client
 from nkibot.jobs.factory import open_job_state, open_named_queue
 from nkibot.runner.worker import Runner
 from tests.fakes.github import GitHubDouble

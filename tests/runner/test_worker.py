@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from nkibot.bot.gateway import GitHubGateway
-from nkibot.bot.github import installation_client
 from nkibot.config.settings import Settings
+from nkibot.github.client import installation_client
+from nkibot.github.gateway import GitHubGateway
 from nkibot.jobs.factory import open_job_state, open_queue
 from nkibot.jobs.model import Job, Trigger
 from nkibot.jobs.sqlite import SqliteQueue
-from nkibot.runner.progress import ProgressReporter, due
 from nkibot.results import TurnRecord
+from nkibot.runner.progress import ProgressReporter, due
 from nkibot.runner.worker import Runner, retry_delay, worker_count
 from tests.fakes.anthropic import AnthropicDouble, tool_reply
 from tests.fakes.github import GitHubDouble

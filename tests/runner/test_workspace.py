@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nkibot.bot.github import installation_client
 from nkibot.config.settings import Settings
+from nkibot.github.client import installation_client
 from nkibot.runner.workspace import (
     WorkspaceError,
     extract,

@@ -9,9 +9,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from sim_helpers import load_module
 
 from nkibot.sim import activate
+from tests.sim.sim_helpers import load_module
 
 HERE = Path(__file__).resolve().parent
 

@@ -10,9 +10,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from sim_helpers import line_of
 
 from nkibot.sim import ConstraintError, KernelError, SimError
+from tests.sim.sim_helpers import line_of
 
 F32 = np.float32
 

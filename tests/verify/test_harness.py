@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from nkibot.jobs.targets import parse_shape
+from nkibot.config.targets import parse_shape
+from nkibot.task import InputSpec, Task
 from nkibot.verify.harness import run_harness
 from nkibot.verify.protocol import load_array
 from nkibot.verify.reference import ReferenceRunError, ReferenceSet, compute_reference
-from nkibot.runner.task import InputSpec, Task
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
 

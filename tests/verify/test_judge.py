@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nkibot.task import InputSpec, Task
 from nkibot.verify.judge import KernelRun, judge
 from nkibot.verify.protocol import save_array
 from nkibot.verify.reference import ReferenceSet, ReferenceTrial
-from nkibot.runner.task import InputSpec, Task
 
 Fn = Callable[[np.ndarray], np.ndarray]
 TASK = Task(reference_source="", entry_point="M", inputs=[InputSpec(name="x", shape=(8, 4))])

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nkibot.convert.taskload import load_task
+from nkibot.task import Task
 from nkibot.verify.reference import ReferenceRunError, compute_reference, harness_env
-from nkibot.runner.task import Task
-from nkibot.runner.taskload import load_task
 
 TRITON_ADD = Path(__file__).resolve().parents[1] / "fixtures" / "triton" / "add.py"
 

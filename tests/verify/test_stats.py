@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from nkibot.runner.task import Tolerance
+from nkibot.task import Tolerance
 from nkibot.verify.stats import Expected, compare, dtype_ok, mismatch_reason, near_constant
 
 TOL = Tolerance(atol=1e-3, rtol=1e-3)

@@ -3,7 +3,7 @@
 Every step runs in the sandboxed child (`nkibot.verify.sandbox.run_sandboxed`), pinned
 to this worker's NeuronCore with `NEURON_RT_VISIBLE_CORES` and targeting Trn1 with
 `NEURON_PLATFORM_TARGET_OVERRIDE=trn1`. Compile and profile run
-`nkibot.backends.neuron.backend.device`; verify runs the shared verification harness
+`nkibot.backends.neuron.device`; verify runs the shared verification harness
 (`nkibot.verify.harness`) with `backend: "neuron"`, so the trials and guards are the
 simulator's. Building commands and reading replies are pure functions below.
 """
@@ -19,17 +19,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nkibot.backends.neuron import devices
-from nkibot.backends.neuron.backend.neff_cache import NeffCache, cache_key, default_cache_dir
-from nkibot.backends.neuron.backend.device import KERNEL_FILE, find_kernel_name
-from nkibot.backends.neuron.backend.parse import parse_compiler_log, timeout_diagnostic
-from nkibot.backends.neuron.backend.stats import latency_from_samples, speedup
+from nkibot.backends.neuron.device import KERNEL_FILE, find_kernel_name
+from nkibot.backends.neuron.neff_cache import NeffCache, cache_key, default_cache_dir
+from nkibot.backends.neuron.parse import parse_compiler_log, timeout_diagnostic
+from nkibot.backends.neuron.stats import latency_from_samples, speedup
 from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
+from nkibot.task import Task
 from nkibot.verify.sandbox import SandboxOutcome, python_module_argv, run_sandboxed
-from nkibot.runner.task import Task
 
 TARGET = "trn1"
 MEASURED_ON = "Trn1 hardware"
-DEVICE_MODULE = "nkibot.backends.neuron.backend.device"
+DEVICE_MODULE = "nkibot.backends.neuron.device"
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 

@@ -1,6 +1,6 @@
 """Device side of the neuron backend: runs inside the sandboxed child on a Trn1 host.
 
-`python -I -m nkibot.backends.neuron.backend.device` reads one JSON request on stdin
+`python -I -m nkibot.backends.neuron.device` reads one JSON request on stdin
 (`{"op": "compile"|"profile", "src", "task", "artifacts", "warmup", "iters"}`) and
 prints one JSON reply on stdout. The parent sets, before this process starts,
 `NEURON_RT_VISIBLE_CORES=<core>` (the worker's NeuronCore, seen here as core 0),
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.runner.task import InputSpec, Task
+from nkibot.task import InputSpec, Task
 
 KERNEL_FILE = "kernel.py"
 REFERENCE_FILE = "reference.py"

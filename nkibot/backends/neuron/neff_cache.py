@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from nkibot.results import CompileResult
-from nkibot.runner.task import InputSpec
+from nkibot.task import InputSpec
 
 RESULT_FILE = "result.json"
 NEFF_FILE = "kernel.neff"

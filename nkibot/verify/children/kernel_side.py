@@ -109,7 +109,7 @@ def run_kernel(request: dict[str, Any]) -> dict[str, Any]:
 def _run_on_neuron(request: dict[str, Any], names: list[str], reply: dict[str, Any]) -> None:
     # The real nki package compiles and runs the kernel on the NeuronCore that the
     # parent pinned with NEURON_RT_VISIBLE_CORES; the trials and guards are unchanged.
-    from nkibot.backends.neuron.backend.device import run_on_device
+    from nkibot.backends.neuron.device import run_on_device
 
     reply["device"] = "neuron"
     _load_and_run(request, names, reply,

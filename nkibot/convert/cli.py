@@ -1,0 +1,125 @@
+"""`nkibot convert FILE::Name`: run the conversion pipeline locally, no GitHub involved.
+
+Progress (turn, stage, elapsed) goes to stderr; the summary, or with `--json` the
+ConversionResult, goes to stdout. Exit code 0 only when the kernel verified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.status import Status as RichStatus
+
+    from nkibot.results import ConversionResult, TurnRecord
+
+
+class Progress:
+    """The stderr display: one status line (stage, turn, elapsed) and one line per turn."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.started = time.monotonic()
+        self.stage = "starting"
+        self.turn = 0
+        self.status: RichStatus | None = None
+
+    def _text(self) -> str:
+        elapsed = time.monotonic() - self.started
+        return f"[bold]{self.stage}[/] · turn {self.turn} · {elapsed:.0f} s"
+
+    def on_stage(self, stage: str) -> None:
+        self.stage = {"loop": "compile-verify-fix loop"}.get(stage, stage)
+        if self.status is not None:
+            self.status.update(self._text())
+        self.console.log(f"stage: {self.stage}")
+
+    def on_turn(self, record: TurnRecord) -> None:
+        self.turn = record.turn
+        verdict = ("verified" if record.verified else "compiled" if record.compiled
+                   else "no kernel" if record.compiled is None else "compile failed")
+        err = f" max_abs {record.max_abs_error:.3g}" if record.max_abs_error is not None else ""
+        detail = "" if record.verified or not record.error else f" — {record.error}"
+        self.console.log(f"turn {record.turn} [{record.model}]: {verdict}{err}"
+                         f" ({record.seconds:.1f} s){detail}", markup=False)
+        if self.status is not None:
+            self.status.update(self._text())
+
+
+def summary_lines(result: ConversionResult, written: list[Path]) -> list[str]:
+    """The human summary printed on stdout (pure)."""
+    where = ("on Trn1 hardware" if result.hardware
+             else f"SIMULATED on {result.simulator or result.backend} (no hardware)")
+    lines = [f"{result.status.upper()}: {result.target} ({where})",
+             f"model: {result.model} · turns: {result.turns} · tokens: {result.tokens.total}"
+             f" · {result.seconds:.1f} s"]
+    if result.verify is not None and result.verify.trials:
+        worst = max(t.max_abs_error for t in result.verify.trials)
+        passed = sum(t.passed for t in result.verify.trials)
+        lines.append(f"verification: {passed}/{len(result.verify.trials)} trials passed,"
+                     f" max abs error {worst:.3g}")
+    if result.profile is not None:
+        lines.append(f"profile: {result.profile.measured_on}")
+    lines += [f"reason: {r}" for r in result.reasons]
+    lines += [f"wrote {p}" for p in written]
+    return lines
+
+
+def _split_target(target: str) -> tuple[Path, str]:
+    path, sep, name = target.rpartition("::")
+    if not sep or not path or not name:
+        raise typer.BadParameter("expected FILE::Name, e.g. examples/rmsnorm.py::RMSNorm")
+    return Path(path), name
+
+
+def convert(
+    target: Annotated[str, typer.Argument(help="FILE::Name of the module or function")],
+    out: Annotated[Path, typer.Option("--out", help="output directory")] = Path("nki_out"),
+    model: Annotated[str, typer.Option(help="auto|lowering|claude|bedrock")] = "auto",
+    backend: Annotated[str, typer.Option(help="auto|sim|neuron")] = "auto",
+    turns: Annotated[int | None, typer.Option(help="turn budget (default 10)")] = None,
+    shape: Annotated[list[str] | None, typer.Option(
+        help="input shape override NAME=DIMSxDTYPE, e.g. x=128x256xfloat32")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print the JSON result")] = False,
+) -> None:
+    """Convert FILE::Name into a verified NKI kernel, locally."""
+    from rich.console import Console
+
+    from nkibot.config.settings import Settings
+    from nkibot.config.targets import parse_shape
+    from nkibot.convert.pipeline import convert as run_pipeline
+    from nkibot.convert.taskload import TaskLoadError, load_task
+    from nkibot.github.artifacts import write_local_outputs
+    from nkibot.logging import configure
+
+    err = Console(stderr=True, log_path=False)
+    path, name = _split_target(target)
+    settings = Settings()
+    # Logs go to stderr, scrubbed, and only warnings: stdout carries the --json result.
+    configure("warning", json=False)
+    try:
+        overrides = [parse_shape(s) for s in shape or []]
+        task = load_task(path, name, shapes=overrides or None, turns=turns,
+                         compile_timeout_s=settings.compile_timeout_s, display_path=str(path))
+    except (TaskLoadError, ValueError) as exc:
+        err.print(f"[red]cannot load {target}:[/] {exc}", markup=True)
+        raise typer.Exit(2) from exc
+    progress = Progress(err)
+    with err.status(progress._text()) as status:
+        progress.status = status
+        result = asyncio.run(run_pipeline(
+            task, settings=settings, model=model, backend=backend, turns=turns,
+            on_turn=progress.on_turn, on_stage=progress.on_stage, target=target))
+    written = write_local_outputs(result, task, out)
+    if json_output:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        for line in summary_lines(result, written):
+            typer.echo(line)
+    raise typer.Exit(0 if result.status == "verified" else 1)

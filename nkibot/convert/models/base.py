@@ -1,0 +1,55 @@
+"""The ModelBackend interface: one model turn over a conversation."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from nkibot.results import TokenUsage
+from nkibot.task import Task
+
+
+class ToolCall(BaseModel):
+    id: str
+    name: Literal["compile_kernel", "verify_kernel", "lookup_nki"] | str
+    arguments: dict[str, object] = Field(default_factory=dict)
+
+
+class ToolResult(BaseModel):
+    tool_call_id: str
+    content: str
+    is_error: bool = False
+
+
+class Message(BaseModel):
+    role: Literal["user", "assistant"]
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_results: list[ToolResult] = Field(default_factory=list)
+
+
+class Conversation(BaseModel):
+    """System prompt (static, cacheable prefix) plus the running message list."""
+
+    task: Task
+    system: str
+    messages: list[Message] = Field(default_factory=list)
+    #: The last compile/verify feedback, carried forward when the router escalates.
+    last_feedback: str | None = None
+
+
+class ModelReply(BaseModel):
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tokens: TokenUsage = Field(default_factory=TokenUsage)
+    model: str = ""
+    #: Set by backends that decline a task outright (e.g. the lowering on conv2d).
+    declined: str | None = None
+
+
+@runtime_checkable
+class ModelBackend(Protocol):
+    name: str
+
+    async def turn(self, conversation: Conversation) -> ModelReply: ...

@@ -1,0 +1,78 @@
+"""LoweringBackend: the `lowering` model backend. Deterministic, offline, zero tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+from nkibot.convert.models.base import Conversation, ModelReply, ToolCall
+from nkibot.convert.models.lowering.plan import Declined, Lowered
+from nkibot.task import Task
+from nkibot.verify.sandbox import python_module_argv, run_sandboxed
+
+CALL_ID = "lowering-verify"
+Lower = Callable[[Task], "Lowered | Declined"]
+
+
+def lower_in_sandbox(task: Task, timeout_s: float = 60.0) -> Lowered | Declined:
+    """Run the lowering child (it executes the user's module) and parse its answer."""
+    outcome = run_sandboxed(python_module_argv("nkibot.convert.models.lowering"),
+                            stdin=task.model_dump_json().encode(), timeout_s=timeout_s)
+    if not outcome.ok:
+        return Declined([], f"lowering failed in the sandbox: {outcome.reason()}")
+    lines = outcome.stdout.decode("utf-8", "replace").strip().splitlines()
+    try:
+        payload = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        return Declined([], "lowering child printed no result")
+    if "source" in payload:
+        return Lowered(payload["source"], payload["function"], list(payload.get("ops", [])))
+    return Declined(list(payload.get("declined", [])), str(payload.get("reason", "declined")))
+
+
+def _tried_before(conversation: Conversation) -> bool:
+    return any(call.id == CALL_ID for msg in conversation.messages for call in msg.tool_calls)
+
+
+def _feedback(conversation: Conversation) -> str:
+    for msg in reversed(conversation.messages):
+        for result in msg.tool_results:
+            if result.tool_call_id == CALL_ID:
+                return result.content.strip().splitlines()[0] if result.content.strip() else ""
+    return (conversation.last_feedback or "").strip().splitlines()[0:1][0] if (
+        conversation.last_feedback or "").strip() else ""
+
+
+class LoweringBackend:
+    """First turn: the lowered kernel with a verify_kernel call. Later turns: decline."""
+
+    name = "lowering"
+
+    def __init__(self, *, timeout_s: float = 60.0, lower: Lower | None = None) -> None:
+        self._timeout_s = timeout_s
+        # `lower` replaces the sandboxed child (tests pass lower_task to stay in-process)
+        self._lower = lower
+
+    async def turn(self, conversation: Conversation) -> ModelReply:
+        if _tried_before(conversation):
+            why = _feedback(conversation)
+            reason = "the deterministic lowering has no other kernel to offer"
+            return ModelReply(model=self.name,
+                              declined=f"{reason}; its kernel failed: {why}" if why else reason)
+        task = conversation.task
+        if self._lower is not None:
+            result = self._lower(task)
+        else:
+            result = await asyncio.to_thread(lower_in_sandbox, task, self._timeout_s)
+        if isinstance(result, Declined):
+            return ModelReply(model=self.name, declined=result.reason)
+        return ModelReply(model=self.name, text=reply_text(result),
+                          tool_calls=[ToolCall(id=CALL_ID, name="verify_kernel",
+                                               arguments={"code": result.source})])
+
+
+def reply_text(result: Lowered) -> str:
+    ops = ", ".join(result.ops) or "no ops"
+    return (f"Deterministic torch.fx lowering (no model, zero tokens) of: {ops}.\n"
+            f"Kernel `{result.function}`:\n\n```python\n{result.source}```\n")

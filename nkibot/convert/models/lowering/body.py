@@ -1,0 +1,162 @@
+"""Emit one tile's computation: loads, elementwise math, row reductions, broadcasts.
+
+The emitter walks the ops a target needs, writes one nki line per primitive into a
+Block, and remembers what it already computed. Scalars stay Python literals, every
+tile is fp32 whatever the inputs' dtypes, and broadcasting (which nl ops do not do)
+is explicit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nkibot.convert.models.lowering.builder import Block, Names, ds, offset
+from nkibot.convert.models.lowering.ir import REDUCE, Arg, Op, Ref
+from nkibot.convert.models.lowering.layout import (
+    COL,
+    FULL,
+    ONE,
+    ROW,
+    TOTAL,
+    LayoutError,
+    Placement,
+    Resolved,
+)
+
+UNARY_NL = {
+    "neg": "nl.negative", "abs": "nl.abs", "exp": "nl.exp", "log": "nl.log", "sqrt": "nl.sqrt",
+    "rsqrt": "nl.rsqrt", "reciprocal": "nl.reciprocal", "tanh": "nl.tanh",
+    "sigmoid": "nl.sigmoid", "relu": "nl.relu", "gelu": "nl.gelu",
+    "gelu_tanh": "nl.gelu_apprx_tanh", "silu": "nl.silu", "softplus": "nl.softplus",
+    "erf": "nl.erf", "square": "nl.square", "sign": "nl.sign", "sin": "nl.sin", "cos": "nl.cos",
+    "mish": "nl.mish",
+}
+BINARY_NL = {
+    "add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply", "pow": "nl.power",
+    "maximum": "nl.maximum", "minimum": "nl.minimum", "gt": "nl.greater",
+    "ge": "nl.greater_equal", "lt": "nl.less", "le": "nl.less_equal", "eq": "nl.equal",
+    "ne": "nl.not_equal",
+}
+REDUCE_NL = {"rsum": "nl.sum", "rmax": "nl.max", "rmin": "nl.min", "rprod": "nl.prod"}
+COMPARE = frozenset({"gt", "ge", "lt", "le", "eq", "ne"})
+
+
+def literal(value: Arg) -> str:
+    if isinstance(value, bool):
+        return "1.0" if value else "0.0"
+    return repr(float(value))  # type: ignore[arg-type]
+
+
+@dataclass
+class TileEmitter:
+    """Computes graph values for one tile `[p, q]` at rows r0 / columns c0 of batch o."""
+
+    res: Resolved
+    pl: Placement
+    block: Block
+    names: Names
+    final: bool = False  # True: only TOTAL values, in the kernel body after the loops
+    seed: dict[str, str] = field(default_factory=dict)  # value -> existing tile variable
+    totals: dict[str, str] = field(default_factory=dict)  # TOTAL value -> [1, 1] tile
+    views: dict[str, str] = field(default_factory=dict)  # leaf view -> HBM view parameter
+    done: dict[str, str] = field(default_factory=dict)
+    used_views: list[str] = field(default_factory=list)
+    used_totals: list[str] = field(default_factory=list)
+    #: Computes a TOTAL value in the kernel body and returns its variable (tile mode).
+    need_total: Callable[[str], str] | None = None
+    _origin: str = ""
+
+    def shape(self, kind: str) -> str:
+        if self.final or kind in (ONE, TOTAL):
+            return "(1, 1)"
+        return {FULL: "(p, q)", ROW: "(p, 1)", COL: "(1, q)"}[kind]
+
+    def kind(self, name: str) -> str:
+        return self.pl.kinds[self.res.target(name)]
+
+    def value(self, name: str) -> str:
+        name = self.res.target(name)
+        if name in self.seed:
+            return self.seed[name]
+        if name in self.done:
+            return self.done[name]
+        if name not in self.totals and self.pl.kinds[name] == TOTAL and not self.final:
+            if self.need_total is None:
+                raise LayoutError(f"value {name} is needed before its reduction finishes")
+            self.totals[name] = self.need_total(name)
+        if name in self.totals:
+            if not self.final and self.totals[name] not in self.used_totals:
+                self.used_totals.append(self.totals[name])
+            return self.totals[name]
+        var = self.load(name) if name in self.res.views else self.compute(name)
+        self.done[name] = var
+        return var
+
+    def operand(self, arg: Arg, target_kind: str) -> str:
+        if not isinstance(arg, Ref):
+            return literal(arg)
+        expr = self.value(arg.name)
+        if self.shape(self.kind(arg.name)) != self.shape(target_kind):
+            return f"nl.broadcast_to({expr}, {self.shape(target_kind)})"
+        return expr
+
+    def load(self, name: str) -> str:
+        view = self.res.views[name]
+        kind = self.pl.kinds[name]
+        if name not in self.views:
+            self.views[name] = self.names.fresh(f"{view.leaf.name}_v")
+        hbm = self.views[name]
+        if hbm not in self.used_views:
+            self.used_views.append(hbm)
+        o = "o" if self.pl.outer_varies[name] else "0"
+        rows = ds("r0", "p") if kind in (FULL, ROW) else "0:1"
+        cols = ds(offset("c0", view.col_start), "q") if kind in (FULL, COL) else "0:1"
+        var = self.names.fresh(f"{view.leaf.name}_t")
+        self.block.line(f"{var} = nl.load({hbm}[{o}, {rows}, {cols}], dtype=nl.float32)")
+        return var
+
+    def compute(self, name: str) -> str:
+        op = next(o for o in self.res.ops if o.name == name)
+        for arg in op.args:
+            if isinstance(arg, Ref):
+                self.value(arg.name)  # operands first: their lines precede this op's comment
+        if op.origin and op.origin != self._origin:
+            self.block.comment(op.origin)
+            self._origin = op.origin
+        var = self.names.fresh(f"{op.name}")
+        if op.op == "iota":
+            self.block.line(f"{var} = nl.ndarray((1, q), dtype=nl.float32, buffer=nl.sbuf)")
+            self.block.line(f"nisa.iota({var}, [[1, q]], offset=c0)  # column index c0 + j")
+            return var
+        self.block.line(f"{var} = {self.expression(op)}")
+        return var
+
+    def expression(self, op: Op) -> str:
+        kind = self.pl.kinds[op.name]
+        if op.op in UNARY_NL:
+            return f"{UNARY_NL[op.op]}({self.operand(op.args[0], kind)})"
+        if op.op in BINARY_NL:
+            a, b = (self.operand(x, kind) for x in op.args)
+            dtype = ", dtype=nl.float32" if op.op in COMPARE else ""
+            return f"{BINARY_NL[op.op]}({a}, {b}{dtype})"
+        if op.op == "where":
+            c, a, b = (self.where_operand(x, kind) for x in op.args)
+            return f"nl.where({c}, {a}, {b})"
+        if op.op in REDUCE:
+            return self.reduce(op)
+        if op.op == "view":
+            return self.value(op.args[0].name)  # type: ignore[union-attr]
+        raise LayoutError(f"{op.origin}: no emitter for {op.op}")
+
+    def where_operand(self, arg: Arg, kind: str) -> str:
+        if isinstance(arg, Ref):
+            return self.operand(arg, kind)
+        return f"nl.full({self.shape(kind)}, {literal(arg)}, dtype=nl.float32)"
+
+    def reduce(self, op: Op) -> str:
+        src = op.args[0]
+        assert isinstance(src, Ref)
+        if self.pl.kinds[op.name] == TOTAL and self.final:
+            raise LayoutError(f"{op.origin}: whole-tensor reduction of a reduced value")
+        return f"{REDUCE_NL[op.op]}({self.value(src.name)}, axis=1, keepdims=True)"

@@ -1,0 +1,209 @@
+"""Composite torch ops -> primitives: softmax family, norms, views, the matmul family."""
+
+from __future__ import annotations
+
+import math
+
+from nkibot.convert.models.lowering.decompose import get, out_shape, register, tensor
+from nkibot.convert.models.lowering.ir import Arg, Ref
+from nkibot.convert.models.lowering.reductions import vector_norm
+from nkibot.convert.models.lowering.sink import Sink, Unsupported, norm_dims
+
+
+def _dim(s: Sink, x: Arg, a: list[object], k: dict[str, object], i: int = 1) -> int:
+    dim = get(a, k, i, "dim", -1)
+    return norm_dims(-1 if dim is None else dim, len(s.shape(x)))[0]
+
+
+@register("softmax")
+def _softmax(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    dims = (_dim(s, x, a, k),)
+    shifted = s.sub(x, s.reduce("rmax", x, dims, True))
+    e = s.emit("exp", shifted)
+    return s.mul(e, s.emit("reciprocal", s.reduce("rsum", e, dims, True)), last=True)
+
+
+@register("log_softmax")
+def _log_softmax(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    dims = (_dim(s, x, a, k),)
+    shifted = s.sub(x, s.reduce("rmax", x, dims, True))
+    lse = s.emit("log", s.reduce("rsum", s.emit("exp", shifted), dims, True))
+    return s.sub(shifted, lse, last=True)
+
+
+@register("logsumexp")
+def _logsumexp(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    dims = norm_dims(get(a, k, 1, "dim"), len(s.shape(x)))
+    keep = bool(get(a, k, 2, "keepdim", False))
+    peak = s.reduce("rmax", x, dims, True)
+    lse = s.emit("log", s.reduce("rsum", s.emit("exp", s.sub(x, peak)), dims, True))
+    total = s.add(lse, peak, last=keep)
+    if keep:
+        return total
+    shape = s.shape(x)
+    return s.emit("view", total, shape=tuple(d for i, d in enumerate(shape) if i not in dims),
+                  last=True)
+
+
+def _affine(s: Sink, y: Arg, weight: object, bias: object, view: tuple[int, ...] | None) -> Arg:
+    def shaped(p: object) -> Arg:
+        ref = tensor(p)
+        return s.emit("view", ref, shape=view) if view and isinstance(ref, Ref) else ref
+    if weight is not None:
+        y = s.mul(y, shaped(weight), last=bias is None)
+    if bias is not None:
+        y = s.add(y, shaped(bias), last=True)
+    return y
+
+
+@register("layer_norm")
+def _layer_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    rank = len(s.shape(x))
+    normalized = get(a, k, 1, "normalized_shape")
+    count = len(normalized) if isinstance(normalized, list | tuple) else 1
+    dims = tuple(range(rank - count, rank))
+    eps = float(get(a, k, 4, "eps", 1e-5))  # type: ignore[arg-type]
+    centred = s.sub(x, s.mean(x, dims, True))
+    var = s.mean(s.emit("square", centred), dims, True)
+    weight, bias = get(a, k, 2, "weight"), get(a, k, 3, "bias")
+    y = s.mul(centred, s.emit("rsqrt", s.add(var, eps)), last=weight is None and bias is None)
+    return _affine(s, y, weight, bias, None)
+
+
+@register("rms_norm")
+def _rms_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    rank = len(s.shape(x))
+    normalized = get(a, k, 1, "normalized_shape")
+    count = len(normalized) if isinstance(normalized, list | tuple) else 1
+    dims = tuple(range(rank - count, rank))
+    eps = get(a, k, 3, "eps")
+    eps_value = 1.1920928955078125e-07 if eps is None else float(eps)  # type: ignore[arg-type]
+    weight = get(a, k, 2, "weight")
+    ms = s.mean(s.emit("square", x), dims, True)
+    y = s.mul(x, s.emit("rsqrt", s.add(ms, eps_value)), last=weight is None)
+    return _affine(s, y, weight, None, None)
+
+
+@register("normalize")
+def _normalize(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    dims = norm_dims(get(a, k, 2, "dim", 1), len(s.shape(x)))
+    eps = float(get(a, k, 3, "eps", 1e-12))  # type: ignore[arg-type]
+    norm = vector_norm(s, x, get(a, k, 1, "p", 2.0), dims, True, last=False)
+    return s.mul(x, s.emit("reciprocal", s.emit("maximum", norm, eps)), last=True)
+
+
+def _channel_view(s: Sink, x: Arg) -> tuple[int, ...]:
+    shape = s.shape(x)
+    return (shape[1], *([1] * (len(shape) - 2)))
+
+
+@register("batch_norm")
+def _batch_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    if get(a, k, 5, "training", False):
+        raise Unsupported("aten.batch_norm.training", "batch statistics in training mode")
+    mean, var = tensor(get(a, k, 1, "running_mean")), tensor(get(a, k, 2, "running_var"))
+    eps = float(get(a, k, 7, "eps", 1e-5))  # type: ignore[arg-type]
+    view = _channel_view(s, x)
+    mean_v = s.emit("view", mean, shape=view)
+    inv = s.emit("rsqrt", s.add(s.emit("view", var, shape=view), eps))
+    weight, bias = get(a, k, 3, "weight"), get(a, k, 4, "bias")
+    y = s.mul(s.sub(x, mean_v), inv, last=weight is None and bias is None)
+    return _affine(s, y, weight, bias, view)
+
+
+@register("instance_norm")
+def _instance_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    rank = len(s.shape(x))
+    dims = tuple(range(2, rank))
+    eps = float(get(a, k, 7, "eps", 1e-5))  # type: ignore[arg-type]
+    centred = s.sub(x, s.mean(x, dims, True))
+    var = s.mean(s.emit("square", centred), dims, True)
+    weight, bias = get(a, k, 3, "weight"), get(a, k, 4, "bias")
+    y = s.mul(centred, s.emit("rsqrt", s.add(var, eps)), last=weight is None and bias is None)
+    return _affine(s, y, weight, bias, _channel_view(s, x))
+
+
+@register("group_norm")
+def _group_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    shape = s.shape(x)
+    groups = int(get(a, k, 1, "num_groups"))  # type: ignore[call-overload]
+    weight, bias = get(a, k, 2, "weight"), get(a, k, 3, "bias")
+    if weight is not None or bias is not None:
+        raise Unsupported("aten.native_group_norm.default", "affine group norm layout")
+    eps = float(get(a, k, 4, "eps", 1e-5))  # type: ignore[arg-type]
+    grouped = s.emit("view", x, shape=(shape[0], groups, math.prod(shape[1:]) // groups))
+    centred = s.sub(grouped, s.mean(grouped, (2,), True))
+    var = s.mean(s.emit("square", centred), (2,), True)
+    y = s.mul(centred, s.emit("rsqrt", s.add(var, eps)))
+    return s.emit("view", y, shape=shape, last=True)
+
+
+# ---- views -------------------------------------------------------------------------
+
+def _view_to(s: Sink, x: Arg, shape: tuple[int, ...]) -> object:
+    return s.emit("view", tensor(x), shape=shape, last=True)
+
+
+@register("view", "reshape", "flatten", "squeeze", "unsqueeze", "view_as", "reshape_as",
+          "expand_as_view")
+def _view(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    # the traced output shape is authoritative; trace.py passes it as `__shape`
+    return _view_to(s, tensor(a[0]), out_shape(k))
+
+
+@register("transpose", "swapaxes", "t", "permute", "T", "mT", "movedim")
+def _transpose(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    shape = s.shape(x)
+    out = out_shape(k)
+    if len(shape) < 2 or (*shape[:-2], shape[-1], shape[-2]) != out:
+        if shape == out:
+            return s.emit("copy", x, last=True)
+        raise Unsupported("aten.permute.default", "only the last two dims may be swapped")
+    return s.emit("transpose", x, shape=out, last=True)
+
+
+@register("chunk", "split", "tensor_split")
+def _chunk(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    shapes: list[tuple[int, ...]] = k["__shapes"]  # type: ignore[assignment]
+    rank = len(s.shape(x))
+    if any(sh[:-1] != s.shape(x)[:-1] for sh in shapes):
+        raise Unsupported("aten.split.Tensor", "only splits along the last dim")
+    out, start = [], 0
+    for sh in shapes:
+        out.append(s.emit("slice", x, shape=sh, start=start, dim=rank - 1))
+        start += sh[-1]
+    return tuple(out)
+
+
+# ---- matmul family -----------------------------------------------------------------
+
+@register("matmul", "mm", "bmm", "einsum_mm")
+def _matmul(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    return s.emit("matmul", tensor(a[0]), tensor(a[1]), shape=out_shape(k), last=True)
+
+
+@register("linear")
+def _linear(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x, w, b = tensor(a[0]), tensor(get(a, k, 1, "weight")), get(a, k, 2, "bias")
+    wt = s.emit("transpose", w, shape=tuple(reversed(s.shape(w))))
+    y = s.emit("matmul", x, wt, shape=out_shape(k), last=b is None)
+    return y if b is None else s.add(y, tensor(b), last=True)
+
+
+@register("addmm")
+def _addmm(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    bias, x, w = tensor(a[0]), tensor(a[1]), tensor(a[2])
+    beta, alpha = get(a, k, 3, "beta", 1), get(a, k, 4, "alpha", 1)
+    y = s.mul(s.emit("matmul", x, w, shape=out_shape(k)), alpha)  # type: ignore[arg-type]
+    return s.add(y, s.mul(bias, beta), last=True)  # type: ignore[arg-type]

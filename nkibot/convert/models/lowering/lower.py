@@ -1,0 +1,24 @@
+"""In-process entry: Task -> Lowered | Declined (the sandboxed child and tests call this)."""
+
+from __future__ import annotations
+
+from nkibot.convert.models.lowering.plan import Declined, Lowered, lower_graph
+from nkibot.task import Task
+
+
+def lower_task(task: Task) -> Lowered | Declined:
+    """Trace the task's module at its shapes and emit a kernel, or decline with reasons.
+
+    Executes the user's module code (to build and trace it): call this inside the sandbox.
+    """
+    if task.kind != "module":
+        return Declined([], f"the lowering converts nn.Module targets, not {task.kind}s")
+    from nkibot.convert.models.lowering.trace import TraceError, trace_graph
+
+    try:
+        graph, unsupported = trace_graph(task)
+    except TraceError as exc:
+        return Declined([], str(exc))
+    if unsupported:
+        return Declined(unsupported, "unsupported ops: " + ", ".join(unsupported))
+    return lower_graph(graph, task.entry_point)

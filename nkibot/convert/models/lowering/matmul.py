@@ -1,0 +1,170 @@
+"""Matmul family: C = A @ B (2-D, batched, A and/or B transposed, nn.Linear) + epilogue.
+
+Tensor Engine facts used: `nisa.nc_matmul(dst, stationary, moving)` computes
+stationary.T @ moving with the contraction dim K on the partitions of both operands
+(<= 128), stationary free size (our M tile) <= 128, moving free size (our N tile) <= 512,
+and accumulates over K in one fp32 PSUM tile. A's rows are M, so its tiles are
+transposed on the Tensor Engine (128 x 128 at most) unless A is stored transposed.
+The elementwise epilogue (bias, activation, scaling, residual) runs on the fp32 tile
+copied out of PSUM before the single store.
+"""
+
+from __future__ import annotations
+
+import math
+
+from nkibot.convert.models.lowering.body import TileEmitter
+from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, Names, emit_grid, nl_dtype
+from nkibot.convert.models.lowering.ir import REDUCE, Ref
+from nkibot.convert.models.lowering.layout import (
+    FULL,
+    TOTAL,
+    Frame,
+    LayoutError,
+    LeafView,
+    Resolved,
+    place,
+)
+from nkibot.convert.models.lowering.rowwise import Kernel, Output, view_definition
+
+NMAX = 512  # gemm_moving_fmax: one PSUM bank of fp32
+
+
+def _operand(res: Resolved, arg: object, what: str) -> LeafView:
+    if not isinstance(arg, Ref) or res.target(arg.name) not in res.views:
+        raise LayoutError(f"matmul operand {what} is computed; only inputs/parameters "
+                          "(possibly transposed) are lowered")
+    return res.views[res.target(arg.name)]
+
+
+def _dims(view: LeafView, left: bool) -> tuple[tuple[int, ...], int, int]:
+    """(batch dims, rows, cols) of the logical operand, 1-D operands made 2-D."""
+    shape = view.shape
+    if len(shape) == 1:
+        shape = (1, shape[0]) if left else (shape[0], 1)
+    return tuple(shape[:-2]), shape[-2], shape[-1]
+
+
+def _hbm_view(view: LeafView, batch: int, rows: int, cols: int) -> str:
+    # stored layout: transposed operands keep their original (cols, rows) order
+    stored = (cols, rows) if view.transposed else (rows, cols)
+    return f"{view.leaf.name}.reshape(({batch}, {stored[0]}, {stored[1]}))"
+
+
+def _grouping(a: LeafView, a_batch: tuple[int, ...], b_batch: tuple[int, ...],
+              out_batch: tuple[int, ...], m: int) -> tuple[int, int, int, int]:
+    """(batch loop count, A's batch count, B's batch count, rows per batch)."""
+    if not b_batch and not a.transposed:
+        # B is shared: fold A's batch dims into its rows, one big M
+        return 1, 1, 1, math.prod(a_batch) * m
+    if a_batch not in (out_batch, ()) or b_batch not in (out_batch, ()):
+        raise LayoutError("broadcast batch dims in a matmul")
+    groups = math.prod(out_batch)
+    return groups, (groups if a_batch else 1), (groups if b_batch else 1), m
+
+
+def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
+    mms = [op for op in res.ops if op.op == "matmul"]
+    if len(mms) != 1:
+        raise LayoutError(f"{len(mms)} matmuls in one graph; one (plus an epilogue) is lowered")
+    mm = mms[0]
+    if len(outputs) != 1:
+        raise LayoutError("a matmul graph with several outputs")
+    a, b = _operand(res, mm.args[0], "A"), _operand(res, mm.args[1], "B")
+    a_batch, m, k = _dims(a, True)
+    b_batch, k2, n = _dims(b, False)
+    if k != k2:
+        raise LayoutError("contraction sizes differ")
+    out_shape = mm.shape if len(mm.shape) >= 2 else (math.prod(mm.shape[:-1] or (1,)), n)
+    frame = Frame(tuple(out_shape) if len(mm.shape) >= 2 else (m, n), 0, 1)
+    frame = Frame(frame.shape, 0, len(frame.shape) - 1)
+    pl = place(res, frame, [o.name for o in outputs], seed={mm.name: FULL})
+    if any(op.op in REDUCE for op in res.ops) or TOTAL in pl.kinds.values():
+        raise LayoutError("reductions after a matmul are not lowered")
+    groups, ga, gb, rows = _grouping(a, a_batch, b_batch, tuple(mm.shape[:-2]), m)
+    if frame.rows != groups * rows:
+        raise LayoutError("matmul output layout")
+    compute = "nl.float32"
+    if a.leaf.dtype == b.leaf.dtype and a.leaf.dtype in ("bfloat16", "float16"):
+        compute = nl_dtype(a.leaf.dtype)
+    a_v, b_v = kernel.names.fresh(f"{a.leaf.name}_mm"), kernel.names.fresh(f"{b.leaf.name}_mm")
+    kernel.body.line(f"{a_v} = {_hbm_view(a, ga, rows, k)}")
+    kernel.body.line(f"{b_v} = {_hbm_view(b, gb, k, n)}")
+    block_fn = _emit_block_helper(kernel, a, b, compute)
+    tile_fn, params = _emit_tile_helper(kernel, res, pl, mm.name, outputs[0], block_fn,
+                                        k, rows, (ga > 1, gb > 1))
+    n_tile = PMAX if b.transposed else NMAX
+    body = kernel.body
+    call = f"{tile_fn}({', '.join([a_v, b_v, *params])}, {{g0}}, {{m0}}, {{msz}}, {{n0}}, {{nsz}})"
+    emit_grid(body, [Axis("g", groups, 1), Axis("m", rows, PMAX), Axis("n", n, n_tile)], call,
+              "affine_range")
+
+
+def _emit_block_helper(kernel: Kernel, a: LeafView, b: LeafView, compute: str) -> str:
+    fn = kernel.names.fresh("matmul_block")
+    blk = Block(depth=1)
+    if a.transposed:
+        blk.comment("A is stored transposed: its [K, M] block is already the stationary operand")
+        blk.line("a_t = nl.load(a_v[ga, nl.ds(k0, ksz), nl.ds(m0, p)], "
+                 f"dtype={compute})")
+    else:
+        blk.comment("stationary operand: A block [p, ksz] transposed to [ksz, p] on the PE")
+        blk.line(f"a_blk = nl.load(a_v[ga, nl.ds(m0, p), nl.ds(k0, ksz)], dtype={compute})")
+        _transpose(blk, "a_blk", "a_t", "ksz", "p", compute)
+    if b.transposed:
+        blk.comment("B is stored transposed ([N, K], e.g. an nn.Linear weight): transpose it")
+        blk.line(f"b_blk = nl.load(b_v[gb, nl.ds(c0, q), nl.ds(k0, ksz)], dtype={compute})")
+        _transpose(blk, "b_blk", "b_t", "ksz", "q", compute)
+    else:
+        blk.line(f"b_t = nl.load(b_v[gb, nl.ds(k0, ksz), nl.ds(c0, q)], dtype={compute})")
+    blk.comment("acc[p, q] += a_t.T @ b_t (accumulates in PSUM over the K blocks)")
+    blk.line("nisa.nc_matmul(acc, a_t, b_t)")
+    kernel.helpers.append([
+        f"def {fn}(acc, a_v, b_v, ga, gb, m0, p, c0, q, k0, ksz):",
+        '    """One K block (ksz <= 128) of the [p, q] output tile at rows m0, columns c0."""',
+        *blk.lines,
+    ])
+    return fn
+
+
+def _transpose(blk: Block, src: str, dst: str, rows: str, cols: str, dtype: str) -> None:
+    blk.line(f"{dst}_ps = nl.ndarray(({rows}, {cols}), dtype={dtype}, buffer=nl.psum)")
+    blk.line(f"nisa.nc_transpose({dst}_ps, {src})")
+    blk.line(f"{dst} = nl.ndarray(({rows}, {cols}), dtype={dtype}, buffer=nl.sbuf)")
+    blk.line(f"nisa.tensor_copy({dst}, {dst}_ps)")
+
+
+def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: Output,
+                      block_fn: str, k: int, rows: int,
+                      batched: tuple[bool, bool]) -> tuple[str, list[str]]:
+    fn = kernel.names.fresh("matmul_tile")
+    blk = Block(depth=1)
+    ga, gb = ("g" if batched[0] else "0"), ("g" if batched[1] else "0")
+    blk.line(f"r0 = g * {rows} + m0")
+    blk.line("acc = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.psum)")
+    call = f"{block_fn}(acc, a_v, b_v, {ga}, {gb}, m0, p, c0, q, {{k0}}, {{ksz}})"
+    emit_grid(blk, [Axis("k", k, PMAX)], call, "affine_range")
+    blk.line("res = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line("nisa.tensor_copy(res, acc)")
+    names = Names(set(kernel.names.taken) | {"acc", "res", "r0", "p", "q", "c0", "o", "g"})
+    tile = TileEmitter(res, pl, blk, names, seed={mm: "res"},  # type: ignore[arg-type]
+                       views=kernel.leaf_views)
+    value = tile.value(out.name)
+    if out.dtype != "float32":
+        blk.line(f"out_cast = nl.copy({value}, dtype={nl_dtype(out.dtype)})")
+        value = "out_cast"
+    blk.line(f"nl.store(out_v[0, nl.ds(r0, p), nl.ds(c0, q)], {value})")
+    kernel.names.taken |= names.taken
+    for name, param in tile.views.items():
+        if param not in kernel.hbm_views:
+            kernel.hbm_views[param] = view_definition(res, pl, name)  # type: ignore[arg-type]
+            kernel.body.line(f"{param} = {kernel.hbm_views[param]}")
+    frame = pl.frame  # type: ignore[attr-defined]
+    kernel.body.line(f"out_v = {out.var}.reshape((1, {frame.rows}, {frame.cols}))")
+    params = [*tile.used_views, "out_v"]
+    kernel.helpers.append([
+        f"def {fn}(a_v, b_v, {', '.join(params)}, g, m0, p, c0, q):",
+        '    """Output tile [p, q] at rows m0, columns c0 of batch g: K loop, then epilogue."""',
+        *blk.lines,
+    ])
+    return fn, params

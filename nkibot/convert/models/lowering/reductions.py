@@ -1,0 +1,91 @@
+"""Reductions: sum/mean/max/min/prod over dims, var/std, vector norms."""
+
+from __future__ import annotations
+
+import math
+
+from nkibot.convert.models.lowering.decompose import HANDLERS, Handler, get, register, tensor
+from nkibot.convert.models.lowering.ir import Arg, Ref
+from nkibot.convert.models.lowering.sink import Sink, Unsupported, norm_dims
+
+
+def _reduction(op: str, with_indices: bool = False) -> Handler:
+    def handle(s: Sink, a: list[object], k: dict[str, object]) -> object:
+        x = tensor(a[0])
+        dim = get(a, k, 1, "dim")
+        if op in ("rmax", "rmin") and len(a) > 1 and isinstance(a[1], Ref):
+            return s.emit("maximum" if op == "rmax" else "minimum", x, a[1], last=True)
+        dims = norm_dims(dim, len(s.shape(x)))
+        keep = bool(get(a, k, 2, "keepdim", False))
+        out = s.reduce(op, x, dims, keep, last=True)
+        # torch.max(x, dim) returns (values, indices); indices are not lowered
+        if with_indices and isinstance(dim, int):
+            return (out, None)
+        return out
+    return handle
+
+
+HANDLERS.update(sum=_reduction("rsum"), amax=_reduction("rmax"), amin=_reduction("rmin"),
+                max=_reduction("rmax", True), min=_reduction("rmin", True),
+                prod=_reduction("rprod"))
+
+
+@register("mean")
+def _mean(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    dims = norm_dims(get(a, k, 1, "dim"), len(s.shape(x)))
+    return s.mean(x, dims, bool(get(a, k, 2, "keepdim", False)), last=True)
+
+
+def variance(s: Sink, x: Arg, dims: tuple[int, ...], correction: float, keep: bool,
+             last: bool) -> Arg:
+    shape = s.shape(x)
+    count = math.prod(shape[d] for d in dims)
+    centred = s.sub(x, s.mean(x, dims, True))
+    total = s.reduce("rsum", s.emit("square", centred), dims, True)
+    var = s.mul(total, 1.0 / max(count - correction, 1), last=last and keep)
+    if keep:
+        return var
+    return s.emit("view", var, shape=tuple(d for i, d in enumerate(shape) if i not in dims),
+                  last=last)
+
+
+def _correction(a: list[object], k: dict[str, object]) -> float:
+    if "correction" in k and k["correction"] is not None:
+        return float(k["correction"])  # type: ignore[arg-type]
+    unbiased = get(a, k, 2, "unbiased", True)
+    return 1.0 if unbiased else 0.0
+
+
+@register("var")
+def _var(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    dims = norm_dims(get(a, k, 1, "dim"), len(s.shape(x)))
+    return variance(s, x, dims, _correction(a, k), bool(k.get("keepdim", False)), last=True)
+
+
+@register("std")
+def _std(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    dims = norm_dims(get(a, k, 1, "dim"), len(s.shape(x)))
+    var = variance(s, x, dims, _correction(a, k), bool(k.get("keepdim", False)), last=False)
+    return s.emit("sqrt", var, last=True)
+
+
+def vector_norm(s: Sink, x: Arg, p: object, dims: tuple[int, ...], keep: bool,
+                last: bool) -> Arg:
+    if p in (2, 2.0, "fro", None):
+        return s.emit("sqrt", s.reduce("rsum", s.emit("square", x), dims, keep), last=last)
+    if p in (1, 1.0):
+        return s.reduce("rsum", s.emit("abs", x), dims, keep, last=last)
+    if p in (math.inf, "inf"):
+        return s.reduce("rmax", s.emit("abs", x), dims, keep, last=last)
+    raise Unsupported("aten.linalg_vector_norm.default", f"p={p!r}")
+
+
+@register("norm", "vector_norm", "linalg_vector_norm")
+def _norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    x = tensor(a[0])
+    p = get(a, k, 1, "p", k.get("ord", 2))
+    dims = norm_dims(get(a, k, 2, "dim"), len(s.shape(x)))
+    return vector_norm(s, x, p, dims, bool(get(a, k, 3, "keepdim", False)), last=True)

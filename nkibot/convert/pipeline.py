@@ -1,0 +1,189 @@
+"""One conversion, end to end: backend, reference, loop, profile, result.
+
+Used by `nkibot convert` and by the runner's workers. It never raises for failures a
+user can cause (a reference that crashes, a model that is not configured, a kernel
+that never verifies): those become `status="failed"` (or declined/cancelled) with
+plain-words reasons in the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from nkibot.backends.base import KernelBackend
+from nkibot.config.settings import Settings
+from nkibot.convert.agent.loop import LoopOutcome, run_loop
+from nkibot.convert.agent.prompts import kernel_function_name, snake_case
+from nkibot.convert.agent.tools import kernel_function
+from nkibot.convert.models.base import ModelBackend
+from nkibot.convert.models.router import Router, RouterError, build_router
+from nkibot.results import (
+    ConversionResult,
+    KernelArg,
+    KernelInfo,
+    ProfileResult,
+    Status,
+    TurnRecord,
+)
+from nkibot.task import Task
+
+Stage = Callable[[str], None]
+
+
+def kernel_path(task: Task) -> str:
+    """Where the kernel file goes, relative to the output directory or repository."""
+    stem = re.sub(r"\W+", "_", Path(task.source_path).stem).strip("_") or "module"
+    return f"nki_kernels/{stem}_{snake_case(task.entry_point)}_nki.py"
+
+
+def _lowering() -> ModelBackend | None:
+    try:
+        from nkibot.convert.models.lowering import LoweringBackend
+    except ImportError:
+        return None
+    backend: ModelBackend = LoweringBackend()
+    return backend
+
+
+def _claude(settings: Settings) -> ModelBackend:
+    from nkibot.convert.models.anthropic import AnthropicBackend
+
+    return AnthropicBackend(settings)
+
+
+def _bedrock(settings: Settings) -> ModelBackend:
+    from nkibot.convert.models.bedrock import BedrockBackend
+
+    return BedrockBackend(settings)
+
+
+def make_router(model: str, settings: Settings, bedrock_available: bool | None) -> Router:
+    if bedrock_available is None:
+        needs_check = model == "bedrock" or (
+            model == "auto" and settings.anthropic_api_key is None)
+        if needs_check:
+            from nkibot.convert.models.bedrock import bedrock_available as detect
+
+            bedrock_available = detect(settings)
+    return build_router(model, settings=settings, bedrock_available=bool(bedrock_available),
+                        lowering=_lowering, claude=_claude, bedrock=_bedrock)
+
+
+def _failed(task: Task, target: str, started: float, reason: str, *, backend: str = "none",
+            hardware: bool = False, model: str = "none", status: Status = "failed"
+            ) -> ConversionResult:
+    return ConversionResult(status=status, target=target, backend=backend, hardware=hardware,
+                            model=model, seconds=round(time.monotonic() - started, 3),
+                            reasons=[reason])
+
+
+async def convert(
+    task: Task,
+    *,
+    settings: Settings,
+    model: str = "auto",
+    backend: str = "auto",
+    turns: int | None = None,
+    on_turn: Callable[[TurnRecord], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    target: str | None = None,
+    on_stage: Stage | None = None,
+    bedrock_available: bool | None = None,
+    core_id: int | None = None,
+) -> ConversionResult:
+    """Convert one task; see the module docstring for the failure contract.
+
+    `core_id` pins the neuron backend's children to one NeuronCore (one runner worker each).
+    """
+    from nkibot.backends.select import select_backend
+
+    started = time.monotonic()
+    name = target or f"{task.source_path}::{task.entry_point}"
+    stage = on_stage or (lambda _s: None)
+    stage("backend")
+    if backend not in ("auto", "sim", "neuron"):
+        return _failed(task, name, started, f"unknown backend {backend!r}: use auto, sim or neuron")
+    try:
+        kb: KernelBackend = select_backend(
+            backend, core_id=core_id,  # type: ignore[arg-type]
+            compile_timeout_s=settings.compile_timeout_s)
+    except Exception as exc:  # a missing device or SDK is a user-level failure
+        return _failed(task, name, started, f"kernel backend {backend!r} unavailable: {exc}")
+    try:
+        router = make_router(model, settings, bedrock_available)
+    except RouterError as exc:
+        return _failed(task, name, started, str(exc), backend=kb.name, hardware=kb.is_hardware)
+    try:
+        return await _run(task, name, kb, router, started, stage, settings=settings,
+                          turns=turns, on_turn=on_turn, should_stop=should_stop)
+    finally:
+        await router.aclose()
+
+
+async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started: float,
+               stage: Stage, *, settings: Settings, turns: int | None,
+               on_turn: Callable[[TurnRecord], None] | None,
+               should_stop: Callable[[], bool] | None) -> ConversionResult:
+    from nkibot.task import describe_kernel_args
+    from nkibot.verify.reference import compute_reference
+
+    if should_stop is not None and should_stop():
+        return _failed(task, name, started, "cancelled before the conversion started",
+                       backend=kb.name, hardware=kb.is_hardware, status="cancelled")
+    stage("reference")
+    try:
+        reference = await asyncio.to_thread(
+            compute_reference, task, timeout_s=task.compile_timeout_s)
+        args = describe_kernel_args(task)
+    except Exception as exc:  # the user's module failed to run: say so, don't crash
+        return _failed(task, name, started, f"the reference could not be run: {exc}",
+                       backend=kb.name, hardware=kb.is_hardware, model=router.models_used())
+    stage("loop")
+    with reference:  # its trial arrays live in temporary directories: remove them after
+        outcome = await run_loop(task, router=router, backend=kb, reference=reference,
+                                 settings=settings, on_turn=on_turn, should_stop=should_stop,
+                                 kernel_args=args, max_turns=turns or task.max_turns)
+    profile = await _profile(kb, task, outcome, stage)
+    return _assemble(task, name, kb, outcome, args, profile, started)
+
+
+async def _profile(kb: KernelBackend, task: Task, outcome: LoopOutcome, stage: Stage
+                   ) -> ProfileResult | str | None:
+    if outcome.status != "verified" or outcome.best_source is None:
+        return None
+    stage("profile")
+    try:
+        return await asyncio.to_thread(kb.profile, outcome.best_source, task)
+    except Exception as exc:  # profiling is evidence, not correctness: keep the result
+        return f"profiling failed: {exc}"
+
+
+def _assemble(task: Task, name: str, kb: KernelBackend, outcome: LoopOutcome,
+              args: list[KernelArg], profile: ProfileResult | str | None, started: float
+              ) -> ConversionResult:
+    reasons = list(outcome.reasons)
+    if isinstance(profile, str):
+        reasons.append(profile)
+        profile = None
+    if outcome.status in ("failed", "compiled") and outcome.verify is not None:
+        reasons += [r for r in outcome.verify.reasons if r not in reasons]
+    if outcome.status == "compiled":
+        reasons.insert(0, "the best kernel compiled but did not pass verification")
+    kernel = None
+    if outcome.best_source is not None:
+        kernel = KernelInfo(
+            path=kernel_path(task), args=args, source=outcome.best_source,
+            function=kernel_function(outcome.best_source) or kernel_function_name(task),
+        )
+    compiler = outcome.compile.compiler if outcome.compile is not None else ""
+    return ConversionResult(
+        status=outcome.status, target=name, backend=kb.name, hardware=kb.is_hardware,
+        simulator=None if kb.is_hardware else (compiler or kb.name),
+        model=outcome.models, turns=len(outcome.transcript), tokens=outcome.tokens,
+        seconds=round(time.monotonic() - started, 3), kernel=kernel, compile=outcome.compile,
+        verify=outcome.verify, profile=profile, transcript=outcome.transcript, reasons=reasons,
+    )

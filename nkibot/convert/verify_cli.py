@@ -1,0 +1,180 @@
+"""`nkibot verify FILE::Name --kernel KERNEL.py[::function]`: check a hand-written kernel.
+
+Same harness, trials and guards as the conversion loop. The JSON result has the same
+shape as `nkibot convert --json` (status, verify, hardware, reasons, backend, kernel).
+Exit code: 0 verified, 1 any check failed, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nkibot.backends.base import KernelBackend
+from nkibot.results import (
+    CompileResult,
+    ConversionResult,
+    Diagnostic,
+    KernelInfo,
+    Status,
+    VerifyResult,
+)
+from nkibot.task import Task
+
+MODEL = "none (hand-written kernel)"
+
+
+def split_target(target: str, what: str) -> tuple[Path, str | None]:
+    """`path.py::Name` -> (path, Name); the name part may be absent (None)."""
+    path, sep, name = target.rpartition("::")
+    if not sep:
+        return Path(target), None
+    if not path or not name:
+        raise typer.BadParameter(f"expected {what}")
+    return Path(path), name
+
+
+def verdict(compiled: CompileResult, verified: VerifyResult | None) -> tuple[Status, list[str]]:
+    """The status and the reasons it was not verified (pure)."""
+    if not compiled.ok:
+        reasons = [d.message if d.rule.startswith(("static:", "sandbox:"))
+                   else f"compile:{d.rule} {d.message}" for d in compiled.diagnostics]
+        return "failed", reasons or [f"compile failed: {compiled.log[-300:]}"]
+    if verified is None or not verified.passed:
+        return "compiled", list(verified.reasons) if verified else ["not verified"]
+    return "verified", []
+
+
+def static_rejection(src: str, target: str, kernel_path: str, function: str,
+                     backend: str) -> ConversionResult | None:
+    """The failed result for a kernel that breaks a static rule; None when it breaks none."""
+    from nkibot.verify.guards import static_findings
+
+    findings = static_findings(src)
+    if not findings:
+        return None
+    compiled = CompileResult(ok=False, backend=backend, compiler="nkibot static check",
+                             log="\n".join(f.reason for f in findings), diagnostics=[
+                                 Diagnostic(rule=f"static:{f.rule}", message=f.reason,
+                                            file=Path(kernel_path).name, line=f.line)
+                                 for f in findings])
+    return ConversionResult(
+        status="failed", target=target, backend=backend, hardware=backend == "neuron",
+        model=MODEL, kernel=KernelInfo(path=kernel_path, function=function, source=src),
+        compile=compiled, reasons=list(dict.fromkeys(f.reason for f in findings)))
+
+
+def check_kernel(task: Task, src: str, kernel_path: str, backend: KernelBackend,
+                 function: str) -> ConversionResult:
+    """Compile, then (if that worked) compute the reference and verify against it."""
+    from nkibot.task import describe_kernel_args
+    from nkibot.verify.reference import ReferenceRunError, compute_reference
+
+    started = time.monotonic()
+    compiled = backend.compile(src, task)
+    verified: VerifyResult | None = None
+    extra: list[str] = []
+    if compiled.ok:
+        try:
+            with compute_reference(task, timeout_s=max(task.compile_timeout_s, 60.0)) as ref:
+                verified = backend.verify(src, task, ref)
+        except ReferenceRunError as exc:
+            extra.append(f"reference:failed {exc}")
+    status, reasons = verdict(compiled, verified)
+    return ConversionResult(
+        status=status, target=f"{task.source_path}::{task.entry_point}", backend=backend.name,
+        hardware=backend.is_hardware, simulator=None if backend.is_hardware else (
+            compiled.compiler or None), model=MODEL, seconds=time.monotonic() - started,
+        kernel=KernelInfo(path=kernel_path, function=function, args=describe_kernel_args(task),
+                          source=src),
+        compile=compiled, verify=verified, reasons=extra + reasons)
+
+
+def _backend(name: str, function: str, kernel_file: str) -> KernelBackend:
+    if name == "sim":
+        from nkibot.backends.sim import SimBackend
+
+        return SimBackend(function=function, kernel_file=kernel_file)
+    from nkibot.backends.select import select_backend
+
+    return select_backend("neuron")
+
+
+def _print_table(result: ConversionResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    colour = {"verified": "green", "compiled": "yellow"}.get(result.status, "red")
+    where = "Trn1 hardware" if result.hardware else f"simulator ({result.simulator})"
+    console.print(f"[bold {colour}]{result.status}[/] {result.target} with "
+                  f"{result.kernel.path if result.kernel else '?'} on {where}")
+    if result.verify is not None and result.verify.trials:
+        table = Table("trial", "seed", "inputs", "ok", "max abs", "max rel", "mismatched",
+                      "nan/inf", "dtype")
+        for t in result.verify.trials:
+            dtype = t.actual_dtype if t.dtype_ok else f"[red]{t.actual_dtype}[/] (want " \
+                f"{t.expected_dtype})"
+            table.add_row(f"{t.trial}.{t.output}", str(t.seed), t.label.split(",")[0],
+                          "yes" if t.passed else "[red]no[/]", f"{t.max_abs_error:.2g}",
+                          f"{t.max_rel_error:.2g}", f"{t.mismatched}/{t.total}",
+                          f"{t.nan_count}/{t.inf_count}", dtype)
+        console.print(table)
+    for reason in result.reasons:
+        console.print(f"  [red]x[/] {reason}", markup=True, highlight=False)
+
+
+def verify(
+    target: Annotated[str, typer.Argument(help="the PyTorch reference, FILE::Name")],
+    kernel: Annotated[str, typer.Option("--kernel", help="KERNEL.py[::function]")],
+    backend: Annotated[str, typer.Option(help="sim|neuron")] = "sim",
+    trials: Annotated[int, typer.Option(min=1, max=50,
+                                        help="seeded trials (plus one large-magnitude)")] = 5,
+    shape: Annotated[list[str] | None, typer.Option(
+        help="input shape override NAME=DIMSxDTYPE, e.g. x=128x256xfloat32")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print the JSON result")] = False,
+) -> None:
+    """Check a kernel against its PyTorch reference: trials, statistics and guards."""
+    from nkibot.backends.sim import KernelSourceError, resolve_function
+    from nkibot.config.settings import Settings
+    from nkibot.config.targets import parse_shape
+    from nkibot.convert.taskload import TaskLoadError, load_task
+    from nkibot.logging import configure
+
+    configure("warning", json=False)  # stderr only: stdout carries the --json result
+    ref_path, name = split_target(target, "FILE::Name, e.g. examples/rmsnorm.py::RMSNorm")
+    kernel_path, function = split_target(kernel, "KERNEL.py[::function]")
+    if name is None:
+        raise typer.BadParameter("expected FILE::Name, e.g. examples/rmsnorm.py::RMSNorm")
+    if backend not in ("sim", "neuron"):
+        raise typer.BadParameter("--backend must be sim or neuron")
+    try:
+        src = kernel_path.read_text(encoding="utf-8")
+        function = resolve_function(src, function)
+        static = static_rejection(src, target, str(kernel_path), function, backend)
+        if static is not None:  # no need to run the reference for a forbidden kernel
+            _emit(static, json_output)
+        overrides = [parse_shape(s) for s in shape or []]
+        task = load_task(ref_path, name, shapes=overrides or None, display_path=str(ref_path),
+                         compile_timeout_s=Settings().compile_timeout_s)
+    except (OSError, TaskLoadError, ValueError, KernelSourceError) as exc:
+        typer.echo(f"cannot verify {target}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    task = task.model_copy(update={"seeds": list(range(trials))})
+    try:
+        chosen = _backend(backend, function, kernel_path.name)
+    except Exception as exc:  # a missing device or SDK: say so, exit like a bad argument
+        typer.echo(f"backend {backend!r} unavailable: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    _emit(check_kernel(task, src, str(kernel_path), chosen, function), json_output)
+
+
+def _emit(result: ConversionResult, json_output: bool) -> None:
+    if json_output:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        _print_table(result)
+    raise typer.Exit(0 if result.status == "verified" else 1)

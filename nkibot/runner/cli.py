@@ -1,0 +1,48 @@
+"""`nkibot runner`: lease conversion jobs from the `jobs` queue and run them."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Annotated
+
+import typer
+
+
+def runner(
+    workers: Annotated[int | None, typer.Option(
+        help="concurrent workers (default: NKIBOT_WORKERS, else one per NeuronCore, else 1)",
+    )] = None,
+    exit_when_idle: Annotated[bool, typer.Option(
+        "--exit-when-idle", help="stop once the queue is empty (batch runs, benchmarks)",
+    )] = False,
+    poll: Annotated[float, typer.Option(help="seconds between polls of an empty queue")] = 1.0,
+) -> None:
+    """Run conversion workers until SIGTERM (each finishes its turn and releases its job)."""
+    from nkibot.config.settings import Settings
+    from nkibot.github.client import installation_client
+    from nkibot.jobs.factory import open_job_state, open_queue
+    from nkibot.logging import configure
+    from nkibot.runner.worker import Runner, worker_count
+
+    settings = Settings()
+    configure(settings.log_level, json=settings.log_json)
+    queue = open_queue(settings.jobs_queue_url or settings.queue_url, "jobs", settings)
+    state = open_job_state(settings)
+    count = workers or worker_count(settings)
+
+    async def main() -> None:
+        clients: dict[int, object] = {}
+
+        def client(installation_id: int) -> object:
+            if installation_id not in clients:
+                clients[installation_id] = installation_client(settings, installation_id)
+            return clients[installation_id]
+
+        run = Runner(settings, queue, state, client, poll_s=poll)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, run.stop)
+        await run.serve(count, exit_when_idle=exit_when_idle)
+
+    asyncio.run(main())

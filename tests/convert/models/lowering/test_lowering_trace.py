@@ -1,0 +1,93 @@
+"""Tracing to the lowering IR: decomposition, constant folding, leaves, declines."""
+
+from __future__ import annotations
+
+import time
+
+from nkibot.convert.models.lowering import Declined, lower_task
+from nkibot.convert.models.lowering.trace import trace_graph
+from tests.convert.models.lowering.lowering_support import (
+    CONV_POOL_CUMSUM,
+    make_task,
+    module_source,
+)
+
+
+class TestTrace:
+    """trace_graph turns a module into primitives with shapes and named leaves."""
+
+    def test_rmsnorm_decomposes_to_primitives(self) -> None:
+        """An RMSNorm becomes square, row sum, scale, add eps, rsqrt and two multiplies."""
+        source = module_source("x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w",
+                               init="        self.w = nn.Parameter(torch.ones(64))")
+        graph, unsupported = trace_graph(make_task(source, [(8, 64)]))
+        assert unsupported == []
+        assert [op.op for op in graph.ops] == ["square", "rsum", "mul", "add", "rsqrt", "mul",
+                                               "mul"]
+        assert graph.ops[1].shape == (8, 1) and graph.ops[1].dims == (1,)
+        assert graph.ops[2].args[1] == 1 / 64
+
+    def test_leaves_follow_calling_convention(self) -> None:
+        """Inputs come first, then state_dict tensors in state_dict() order, names sanitised."""
+        init = ("        self.norm = nn.LayerNorm(32)\n"
+                "        self.register_buffer('scale', torch.ones(32))")
+        source = module_source("self.norm(x) * self.scale + y", args="x, y", init=init)
+        graph, _ = trace_graph(make_task(source, [(4, 32), (4, 32)]))
+        assert [(leaf.name, leaf.source) for leaf in graph.leaves] == [
+            ("x", "input"), ("y", "input"), ("scale", "state"), ("norm_weight", "state"),
+            ("norm_bias", "state")]
+
+    def test_sizes_and_attributes_fold_to_constants(self) -> None:
+        """x.size(-1) and dims computed from x.dim() become literals in the graph."""
+        source = module_source("torch.softmax(x, dim=x.dim() - 1) * x.size(-1)")
+        graph, _ = trace_graph(make_task(source, [(4, 48)]))
+        assert graph.ops[-1].op == "mul" and graph.ops[-1].args[1] == 48
+        assert graph.ops[0].op == "rmax" and graph.ops[0].dims == (1,)
+
+    def test_origins_name_source_ops(self) -> None:
+        """Each primitive remembers the torch call it came from, for kernel comments."""
+        source = module_source("F.gelu(self.fc(x))", init="        self.fc = nn.Linear(16, 8)")
+        graph, _ = trace_graph(make_task(source, [(4, 16)]))
+        assert {op.origin for op in graph.ops} == {"self.fc", "F.gelu"}
+
+
+class TestDeclines:
+    """Unsupported graphs are declined quickly with every unsupported op listed."""
+
+    def test_conv_pool_cumsum_listed(self) -> None:
+        """conv2d, max_pool2d and cumsum all appear in the decline, in graph order."""
+        result = lower_task(make_task(CONV_POOL_CUMSUM, [(2, 3, 16, 16)]))
+        assert isinstance(result, Declined)
+        assert result.unsupported == ["aten.conv2d.default", "aten.max_pool2d.default",
+                                      "aten.cumsum.default"]
+        assert result.reason.startswith("unsupported ops: aten.conv2d.default")
+
+    def test_decline_is_fast(self) -> None:
+        """Declining needs no kernel work: well under two seconds in-process."""
+        started = time.monotonic()
+        lower_task(make_task(CONV_POOL_CUMSUM, [(8, 3, 64, 64)]))
+        assert time.monotonic() - started < 2.0
+
+    def test_module_traced_in_eval_mode(self) -> None:
+        """As the harness runs references in eval mode, dropout lowers to a plain copy."""
+        source = module_source("self.drop(x) * 2", init="        self.drop = nn.Dropout(0.5)")
+        graph, unsupported = trace_graph(make_task(source, [(4, 8)]))
+        assert unsupported == [] and [op.op for op in graph.ops] == ["copy", "mul"]
+
+    def test_untraceable_module_declined(self) -> None:
+        """Data-dependent control flow fails torch.fx tracing and becomes a decline."""
+        source = module_source("x if x.sum() > 0 else -x")
+        result = lower_task(make_task(source, [(4, 8)]))
+        assert isinstance(result, Declined) and "torch.fx could not trace" in result.reason
+
+    def test_layout_misfit_declined(self) -> None:
+        """A reduction over a middle dim that the row layout cannot hold is declined."""
+        result = lower_task(make_task(module_source("x.sum(dim=1) + x.amax(dim=2)"),
+                                      [(2, 8, 8)]))
+        assert isinstance(result, Declined) and result.reason.startswith("layout:")
+
+    def test_function_tasks_declined(self) -> None:
+        """Only nn.Module targets are lowered."""
+        task = make_task(module_source("x"), [(2, 2)]).model_copy(update={"kind": "function"})
+        result = lower_task(task)
+        assert isinstance(result, Declined) and "nn.Module" in result.reason

@@ -1,0 +1,111 @@
+"""`nkibot verify`: adversarial kernels are rejected with their reason, a correct one passes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nkibot.cli import app
+from nkibot.convert.verify_cli import verdict
+from nkibot.results import CompileResult, VerifyResult
+
+KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
+TARGET = f"{KERNELS / 'relu_ref.py'}::Model"
+
+
+def _verify(kernel: str, *extra: str) -> tuple[int, dict[str, object]]:
+    result = CliRunner().invoke(app, ["verify", TARGET, "--kernel", str(KERNELS / kernel),
+                                      "--json", *extra])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.exit_code, json.loads(result.stdout)
+
+
+class TestVerifyCommand:
+    def test_correct_kernel_passes(self) -> None:
+        """A correct kernel verifies: exit 0, every trial passes, fields as convert's."""
+        code, out = _verify("relu_ok.py::relu_kernel", "--trials", "3")
+        assert code == 0, out["reasons"]
+        assert out["status"] == "verified" and out["reasons"] == []
+        assert out["backend"] == "sim" and out["hardware"] is False
+        assert out["simulator"] == "nkibot-sim"
+        verify = out["verify"]
+        assert isinstance(verify, dict) and verify["passed"] is True
+        assert len(verify["trials"]) == 4  # 3 seeds + the large-magnitude trial
+        kernel = out["kernel"]
+        assert isinstance(kernel, dict) and kernel["function"] == "relu_kernel"
+        assert kernel["args"][0]["source"] == "input"
+
+    @pytest.mark.parametrize(
+        ("kernel", "reason"),
+        [
+            ("zeros.py", "guard:outputs-constant"),
+            ("copy_input.py", "guard:output-copies-input"),
+            ("mutate_input.py", "guard:inputs-modified x"),
+            ("imports_torch.py", "static:import-not-allowed torch"),
+            ("reads_file.py", "static:file-access open"),
+            ("uses_exec.py", "static:exec exec"),
+            ("nondeterministic.py", "guard:nondeterministic"),
+            ("seed_cache.py", "guard:seed-specific"),
+        ],
+    )
+    def test_adversarial_kernel_rejected(self, kernel: str, reason: str) -> None:
+        """Each cheating kernel exits 1 and names the guard that caught it."""
+        code, out = _verify(kernel)
+        assert code == 1
+        assert out["status"] in ("failed", "compiled")
+        reasons = out["reasons"]
+        assert isinstance(reasons, list)
+        assert any(str(r).startswith(reason) for r in reasons), reasons
+
+    def test_table_output(self) -> None:
+        """Without --json a table and the reasons are printed."""
+        result = CliRunner().invoke(app, ["verify", TARGET, "--kernel",
+                                          str(KERNELS / "imports_torch.py")])
+        assert result.exit_code == 1
+        assert "static:import-not-allowed torch" in result.stdout
+
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (["verify", TARGET, "--kernel", "/nonexistent/k.py"], "cannot verify"),
+            (["verify", f"{KERNELS / 'relu_ref.py'}::Nope", "--kernel",
+              str(KERNELS / "relu_ok.py")], "classes and functions found: Model"),
+            (["verify", TARGET, "--kernel", str(KERNELS / "relu_ok.py"),
+              "--shape", "x=4xfloat99"], "float99"),
+        ],
+    )
+    def test_bad_arguments_exit_2(self, args: list[str], message: str) -> None:
+        """A missing kernel, a wrong class name or a bad shape exits 2 with a message."""
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2
+        assert message in result.stderr or message in result.output
+
+
+TRITON_ADD = f"{Path(__file__).resolve().parents[1] / 'fixtures' / 'triton' / 'add.py'}::add_kernel"
+
+
+class TestVerifyTritonTarget:
+    @pytest.mark.parametrize(("kernel", "code"), [("add_ok.py", 0), ("add_wrong.py", 1)])
+    def test_nki_kernel_against_triton_launcher(self, kernel: str, code: int) -> None:
+        """A Triton kernel's launcher is the reference: a correct add passes, a wrong fails."""
+        pytest.importorskip("triton", reason="Triton targets need `triton` (the test extra)")
+        result = CliRunner().invoke(app, ["verify", TRITON_ADD, "--kernel",
+                                          str(KERNELS / kernel), "--json", "--trials", "2"])
+        assert result.exit_code == code, result.output
+        out = json.loads(result.stdout)
+        assert out["status"] == ("verified" if code == 0 else "compiled")
+        if code:
+            assert any("numeric:mismatch" in r for r in out["reasons"])
+
+
+class TestVerdict:
+    def test_status_mapping(self) -> None:
+        """Compile failure is failed; verify failure is compiled; both ok is verified."""
+        ok = CompileResult(ok=True)
+        assert verdict(CompileResult(ok=False, log="boom"), None)[0] == "failed"
+        failed = VerifyResult(passed=False, reasons=["guard:nondeterministic"])
+        assert verdict(ok, failed) == ("compiled", ["guard:nondeterministic"])
+        assert verdict(ok, VerifyResult(passed=True)) == ("verified", [])

@@ -1,0 +1,181 @@
+"""The package layout: arrows point down, and no module-level import circles.
+
+Walks every module of `nkibot/` with `ast` (imports inside functions included, since a
+lazy import is still an arrow) and fails on any arrow the layout forbids.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "nkibot"
+
+#: Modules that do I/O or drive it; pure decisions may not import them.
+IO_PACKAGES = (
+    "nkibot.bot", "nkibot.runner", "nkibot.github", "nkibot.jobs.sqlite", "nkibot.jobs.sqs",
+    "nkibot.jobs.state", "nkibot.jobs.factory", "nkibot.verify", "nkibot.convert",
+    "nkibot.backends", "nkibot.sim", "nkibot.mcp", "nkibot.logging", "nkibot.doctor",
+)
+
+
+@dataclass(frozen=True)
+class Arrow:
+    source: str
+    target: str
+    lineno: int
+    top_level: bool
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.lineno} -> {self.target}"
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(node: ast.ImportFrom, source: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = source.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def arrows_of(path: Path) -> list[Arrow]:
+    source = module_name(path)
+    tree = ast.parse(path.read_text(), str(path))
+    top = {id(n) for n in tree.body}
+    # Imports under `if TYPE_CHECKING:` at module level are typing-only, not arrows at run time,
+    # but they still count for the layout: the layout is about knowledge, not load order.
+    found: list[Arrow] = []
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = _resolve(node, source, path.name == "__init__.py")
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        for t in targets:
+            if t == "nkibot" or t.startswith("nkibot."):
+                found.append(Arrow(source, t, node.lineno, id(node) in top))
+    return found
+
+
+def existing_module(name: str) -> str:
+    """`nkibot.a.b.C` -> the longest prefix that is a module or package of ours."""
+    parts = name.split(".")
+    while parts:
+        rel = Path(*parts)
+        base = PKG.parent / rel
+        if base.with_suffix(".py").exists() or (base / "__init__.py").exists():
+            return ".".join(parts)
+        parts.pop()
+    return name
+
+
+ALL_ARROWS = [a for p in sorted(PKG.rglob("*.py")) for a in arrows_of(p)]
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def forbidden(arrow: Arrow) -> str | None:
+    s, t = arrow.source, existing_module(arrow.target)
+    if within(s, "nkibot.sim") and not within(t, "nkibot.sim"):
+        return "sim imports nothing else from nkibot"
+    if within(s, "nkibot.handlers") and any(within(t, p) for p in IO_PACKAGES):
+        return "handlers are pure decisions: no I/O modules"
+    if within(s, "nkibot.verify") and within(t, "nkibot.convert"):
+        return "verify never depends on convert"
+    if within(s, "nkibot.github") and (within(t, "nkibot.runner") or within(t, "nkibot.bot")):
+        return "the GitHub edge serves bot and runner, never imports them"
+    for top in ("nkibot.bot", "nkibot.runner"):
+        if within(t, top) and not within(s, top) and s != "nkibot.cli":
+            return f"only nkibot.cli imports {top}"
+    if s == "nkibot.results" and t != "nkibot.results":
+        return "results.py is a leaf"
+    return None
+
+
+class TestLayout:
+    def test_every_module_parses_and_has_arrows(self) -> None:
+        """The walk sees the package (a test that finds nothing would pass vacuously)."""
+        assert len({a.source for a in ALL_ARROWS}) > 80
+
+    @pytest.mark.parametrize("package", ["sim", "handlers", "verify", "github", "bot", "runner",
+                                         "convert", "backends", "config", "jobs"])
+    def test_no_forbidden_arrow(self, package: str) -> None:
+        """No arrow from the 'never' list leaves this package."""
+        bad = [f"{a}  ({why})" for a in ALL_ARROWS
+               if within(a.source, f"nkibot.{package}") and (why := forbidden(a))]
+        assert not bad, "\n".join(bad)
+
+    def test_results_is_a_leaf(self) -> None:
+        """The result vocabulary imports nothing above it."""
+        assert not [a for a in ALL_ARROWS if a.source == "nkibot.results"
+                    and existing_module(a.target) != "nkibot.results"]
+
+    def test_no_module_level_cycles(self) -> None:
+        """Module-level imports form no circle (lazy imports do not count: they are the escape)."""
+        graph: dict[str, set[str]] = {}
+        for a in ALL_ARROWS:
+            if a.top_level:
+                t = existing_module(a.target)
+                if t != a.source and not within(a.source, t):
+                    graph.setdefault(a.source, set()).add(t)
+        cycles = _cycles(graph)
+        assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+    def test_rule_catches_a_planted_arrow(self) -> None:
+        """The checker itself fires: a sim -> runner arrow is reported."""
+        assert forbidden(Arrow("nkibot.sim.tensor", "nkibot.runner.worker", 1, True))
+        assert forbidden(Arrow("nkibot.verify.judge", "nkibot.convert.pipeline", 1, True))
+        assert forbidden(Arrow("nkibot.github.publish", "nkibot.bot.app", 1, True))
+        assert forbidden(Arrow("nkibot.handlers.decide", "nkibot.jobs.sqlite", 1, True))
+        assert forbidden(Arrow("nkibot.convert.pipeline", "nkibot.runner.jobrun", 1, False))
+        assert forbidden(Arrow("nkibot.cli", "nkibot.runner.cli", 1, True)) is None
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
