@@ -78,3 +78,14 @@ def parse_shape(text: str) -> ShapeOverride:
     if len(tokens) > MAX_DIMS:
         raise TargetError(f"`{spec}` has more than {MAX_DIMS} dims")
     return ShapeOverride(name=name, shape=tuple(int(t) for t in tokens), dtype=dtype)
+
+
+def reference_hint(target: str) -> str:
+    """How to name the PyTorch reference a CUDA kernel must match (shown to the user)."""
+    return (
+        f"`{target}` is a CUDA kernel: nkibot converts it against a PyTorch module that "
+        "computes the same thing. Name one inline, e.g.\n\n"
+        f"`/nki convert {target} --reference models/norm.py::RMSNorm`\n\n"
+        "or in `.github/nki-bot.yml`:\n\n```yaml\nreferences:\n"
+        f"  {target}: models/norm.py::RMSNorm\n```"
+    )

@@ -19,7 +19,7 @@ with warnings.catch_warnings():
     import libcst as cst
     import libcst.matchers as m
 
-from nkibot.config.targets import CUDA_SUFFIXES
+from nkibot.config.targets import CUDA_SUFFIXES, reference_hint
 from nkibot.convert.discovery import TargetError, dotted
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
@@ -109,17 +109,6 @@ def find_kernel(path: str, text: str, name: str) -> CudaKernel | None:
     """The CUDA kernel `name` in a `.cu`/`.cuh` file or in a Python file's `load_inline`."""
     kernels = global_functions(text) if is_cuda_file(path) else inline_kernels(text)
     return next((k for k in kernels if k.name == name), None)
-
-
-def reference_hint(target: str) -> str:
-    """How to name the PyTorch reference a CUDA kernel must match (shown to the user)."""
-    return (
-        f"`{target}` is a CUDA kernel: nkibot converts it against a PyTorch module that "
-        "computes the same thing. Name one inline, e.g.\n\n"
-        f"`/nki convert {target} --reference models/norm.py::RMSNorm`\n\n"
-        "or in `.github/nki-bot.yml`:\n\n```yaml\nreferences:\n"
-        f"  {target}: models/norm.py::RMSNorm\n```"
-    )
 
 
 def cuda_reference(target: str, references: dict[str, str], option: str | None) -> str:
