@@ -20,6 +20,7 @@ def merged_options(config: RepoConfig, options: JobOptions) -> JobOptions:
         rtol=options.rtol if options.rtol is not None else config.tolerances.rtol,
         shapes=list(options.shapes),
         reprofile_only=options.reprofile_only,
+        reference=options.reference,
     )
 
 
