@@ -39,7 +39,7 @@ class TestCudaFlow:
 
     def test_scripted_claude_migration_sees_the_cuda(
             self, stack: Stack, anthropic_double: AnthropicDouble) -> None:
-        """With Claude, the prompt carries the CUDA source and the reference; its kernel verifies."""
+        """The prompt carries the CUDA source and the reference; the scripted kernel verifies."""
         with_cuda(stack, references=True)
         anthropic_double.enqueue(tool_reply("verify_kernel", {"code": GOOD}, text="Ported."))
         stack.comment(f"/nki convert {TARGET} --model claude")
