@@ -20,25 +20,17 @@ import structlog
 from nkibot.config.repo import ConfigError, RepoConfig, load_repo_config
 from nkibot.config.settings import Settings
 from nkibot.convert.codemod import CodemodError, integrate_dispatch
-from nkibot.convert.cuda import (
-    cuda_reference,
-    find_kernel,
-    global_functions,
-    inline_kernels,
-    is_cuda_file,
-)
 from nkibot.convert.discovery import (
     TargetError,
     choose_shapes,
     discover,
     resolve,
-    suggest_paths,
     triton_launcher,
     triton_reference,
 )
 from nkibot.github.artifacts import header_line_count
 from nkibot.github.checks import CheckRun, reply_once
-from nkibot.github.dashboard import failure_update, result_update, update_rows
+from nkibot.github.dashboard import failure_update, result_update
 from nkibot.github.gateway import GitHubGateway
 from nkibot.github.publish import Publisher, output_paths, plan_publication
 from nkibot.github.render import (
@@ -53,8 +45,9 @@ from nkibot.handlers.dashboard import RowUpdate
 from nkibot.jobs.model import Job
 from nkibot.results import ConversionResult
 from nkibot.runner.progress import ProgressReporter
-from nkibot.runner.workspace import python_files, resolve_inside, workspace
-from nkibot.task import SourceKernel, Task, Tolerance
+from nkibot.runner.targets import cuda_target, is_cuda, locate, migrated, report_row
+from nkibot.runner.workspace import resolve_inside, workspace
+from nkibot.task import Task, Tolerance
 
 log = structlog.get_logger("nkibot.runner.job")
 Outcome = Literal["done", "release"]
@@ -117,24 +110,12 @@ async def _config(gh: Any, job: Job, root: Path) -> RepoConfig:
     return found
 
 
-def _locate(root: Path, target: str) -> tuple[str, str, Path]:
-    path, _, name = target.rpartition("::")
-    if not path or not name:
-        raise TargetError(f"`{target}` is not `path/to/file.py::Name`")
-    file = resolve_inside(root, path)
-    if not file.is_file():
-        raise TargetError(f"`{path}` does not exist at this commit",
-                          suggest_paths(path, python_files(root)))
-    return path, name, file
-
-
 def _reference(root: Path, job: Job, config: RepoConfig, path: str, name: str, file: Path
                ) -> tuple[str, str, Path, str]:
     """(reference path, entry, file, kind of the requested target), Triton resolved."""
     source = file.read_text("utf-8", errors="replace")
-    if is_cuda_file(path) or (find_kernel(path, source, name) is not None and not any(
-            c.name == name for c in discover(source).candidates)):
-        return _cuda_reference(root, job, config, path, name, source)
+    if is_cuda(path, source, name):
+        return cuda_target(root, job, config, path, name, source)
     cand = resolve(discover(source), path, name)
     if cand.kind != "triton":
         return path, name, file, cand.kind
@@ -145,34 +126,9 @@ def _reference(root: Path, job: Job, config: RepoConfig, path: str, name: str, f
         # CPU interpreter (load_task runs the launcher; a file without one is refused here).
         triton_launcher(source, name, path)
         return path, name, file, "triton"
-    ref_path, ref_name, ref_file = _locate(root, ref)
+    ref_path, ref_name, ref_file = locate(root, ref)
     resolve(discover(ref_file.read_text("utf-8", errors="replace")), ref_path, ref_name)
     return ref_path, ref_name, ref_file, "triton"
-
-
-def _cuda_reference(root: Path, job: Job, config: RepoConfig, path: str, name: str,
-                    source: str) -> tuple[str, str, Path, str]:
-    """A CUDA kernel converts against its PyTorch reference (`--reference` or the config)."""
-    if find_kernel(path, source, name) is None:
-        found = ", ".join(f"`{k.name}`" for k in (global_functions(source) if is_cuda_file(path)
-                                                  else inline_kernels(source)))
-        raise TargetError(f"`{path}` has no `__global__` function `{name}`",
-                          f"CUDA kernels found there: {found}" if found else
-                          "name a `__global__` function of that file")
-    ref_path, ref_name, ref_file = _locate(root, cuda_reference(
-        job.target, config.references, job.options.reference))
-    resolve(discover(ref_file.read_text("utf-8", errors="replace")), ref_path, ref_name)
-    return ref_path, ref_name, ref_file, "cuda"
-
-
-def _migrated(job: Job, kind: str, file: Path, path: str, name: str) -> SourceKernel | None:
-    """The kernel being replaced, for the prompt (CUDA always; Triton with a reference)."""
-    source = file.read_text("utf-8", errors="replace")
-    if kind == "cuda":
-        kernel = find_kernel(path, source, name)
-        return SourceKernel(language="cuda", path=path, name=name,
-                            source=kernel.source if kernel else source)
-    return None
 
 
 async def prepare(gh: Any, job: Job, root: Path, settings: Settings) -> Prepared:
@@ -180,7 +136,7 @@ async def prepare(gh: Any, job: Job, root: Path, settings: Settings) -> Prepared
     from nkibot.convert.taskload import TaskLoadError, load_task
 
     config = await _config(gh, job, root)
-    path, name, file = _locate(root, job.target)
+    path, name, file = locate(root, job.target)
     ref_path, entry, ref_file, kind = _reference(root, job, config, path, name, file)
     config_shapes = next((t.shapes for t in config.targets if t.target == job.target), [])
     shapes, origin = choose_shapes(job.options.shapes, job.issue_shapes, config_shapes)
@@ -192,9 +148,9 @@ async def prepare(gh: Any, job: Job, root: Path, settings: Settings) -> Prepared
     except TaskLoadError as exc:
         raise TargetError(str(exc.args[0]) if exc.args else str(exc),
                           getattr(exc, "hint", "") or f"input shapes came from {origin}") from exc
-    migrated = _migrated(job, kind, file, path, name)
-    if migrated is not None:
-        task = task.model_copy(update={"migrate_from": migrated})
+    migrated_from = migrated(kind, file, ref_file, path, name)
+    if migrated_from is not None:
+        task = task.model_copy(update={"migrate_from": migrated_from})
     # The harness's entry (a Triton kernel's launcher) and kind drive the published test.
     return Prepared(task, config, ref_path, task.entry_point, kind=task.kind,
                     target_kind=kind)
@@ -236,16 +192,10 @@ async def run_conversion(task: Task, settings: Settings, job: Job, *, core_id: i
 async def fail_user(gh: Any, run: CheckRun, job: Job, exc: TargetError) -> None:
     await run.complete("failure", error_output(job.target, exc.message, exc.hint))
     if job.trigger.kind == "dashboard":
-        await _dashboard(gh, job, failure_update(job, exc.message, run.html_url))
+        await report_row(gh, job, failure_update(job, exc.message, run.html_url))
         return
     await reply_once(gh, job, error_comment(job.target, exc.message, hint=exc.hint,
                                             check_run_url=run.html_url))
-
-
-async def _dashboard(gh: Any, job: Job, update: RowUpdate) -> None:
-    """A dashboard-ticked job reports on its row instead of commenting on the issue."""
-    if job.trigger.issue_number is not None:
-        await update_rows(GitHubGateway(gh), job.repo, job.trigger.issue_number, (update,))
 
 
 class JobRunner:
@@ -267,7 +217,7 @@ class JobRunner:
         job = self.job
         await self.run.start(progress_output(job.target, None, elapsed_s=0, stage="starting"))
         if job.trigger.kind == "dashboard":
-            await _dashboard(self.gh, job, RowUpdate(job.target, status="running",
+            await report_row(self.gh, job, RowUpdate(job.target, status="running",
                                                      check_run_url=self.run.html_url))
         try:
             return await self._in_workspace()
@@ -330,7 +280,7 @@ class JobRunner:
         self.timings.add("publish", time.monotonic() - t0)
         await self.run.complete(conclusion(result), check_run_output(result, line_offset=offset))
         if job.trigger.kind == "dashboard":
-            await _dashboard(self.gh, job, result_update(
+            await report_row(self.gh, job, result_update(
                 job, result, pr_url=pr_url, check_run_url=self.run.html_url))
             return
         await reply_once(self.gh, job, reply_comment(result, pr_url=pr_url,
