@@ -154,3 +154,35 @@ class TestDecisions:
         assert screen_edit(edit(body, ticked(body, NORM.target)))
         assert not screen_edit(edit("plain", "plain issue"))
         assert not screen_edit(edit(body, body))
+
+
+class TestWiring:
+    def test_issues_edited_payload_is_read(self) -> None:
+        """githubkit's `changes.body.from` becomes `body_from` on an `issue_edit`."""
+        from githubkit.webhooks import parse
+
+        from nkibot.handlers.events import summarize
+        from tests.fakes.github_fixtures import load_webhook
+
+        headers, raw = load_webhook("issues_edited")
+        inc = summarize("issues", headers["x-github-delivery"], parse("issues", raw))
+        assert inc.kind == "issue_edit" and inc.body_from == "(previous body)"
+
+    def test_scan_comment_and_label_without_targets(self) -> None:
+        """`/nki scan` and the label on an issue naming nothing both decide a scan."""
+        from nkibot.handlers.decide import Needs, decide, screen
+
+        comment = Incoming(event="issue_comment", action="created", delivery_id="d2",
+                           kind="comment", repo="acme/models", installation_id=7,
+                           sender_login="alice", issue_number=1, comment_id=3,
+                           comment_body="/nki scan src/")
+        assert screen(comment, POLICY) == Needs(sha=True, config=True)
+        facts = Facts(permission="write", sha="9" * 40, default_branch="trunk")
+        d = decide(comment, facts, POLICY)
+        assert d.kind == "scan" and d.scan is not None and d.react
+        assert (d.scan.ref, d.scan.globs, d.scan.reply_to) == ("trunk", ("src/",), 1)
+        label = replace(comment, event="issues", action="labeled", kind="label",
+                        label="nki-candidate", comment_body="", issue_body="No targets here.")
+        assert decide(label, facts, POLICY).kind == "scan"
+        named = replace(label, issue_body="src/norm.py::RMSNorm")
+        assert decide(named, facts, POLICY).kind == "enqueue"
