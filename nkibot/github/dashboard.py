@@ -78,6 +78,11 @@ def result_update(job: Job, result: ConversionResult, *, pr_url: str | None,
                   check_run_url: str | None) -> RowUpdate:
     """The row's status after a finished conversion."""
     text, us = time_of(result.profile)
+    ref = result.profile.torch_device if result.profile and result.profile.hardware else None
+    if ref is not None:
+        # Rows rank by the PyTorch reference's time where it was measured: the time to win.
+        text = f"{text or 'kernel: no time'}; PyTorch {ref.p50_us:.1f} µs p50"
+        us = ref.p50_us
     tokens = result.tokens.input + result.tokens.output
     detail = f"{result.turns} turn{'s' if result.turns != 1 else ''}, {tokens} tokens"
     return RowUpdate(job.target, status=str(result.status), job_id=job.id, detail=detail,
