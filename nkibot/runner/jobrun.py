@@ -45,7 +45,14 @@ from nkibot.handlers.dashboard import RowUpdate
 from nkibot.jobs.model import Job
 from nkibot.results import ConversionResult
 from nkibot.runner.progress import ProgressReporter
-from nkibot.runner.targets import cuda_target, is_cuda, locate, migrated, report_row
+from nkibot.runner.targets import (
+    cuda_target,
+    is_cuda,
+    locate,
+    migrated,
+    refuse_unexpressible,
+    report_row,
+)
 from nkibot.runner.workspace import resolve_inside, workspace
 from nkibot.task import Task, Tolerance
 
@@ -138,6 +145,7 @@ async def prepare(gh: Any, job: Job, root: Path, settings: Settings) -> Prepared
     config = await _config(gh, job, root)
     path, name, file = locate(root, job.target)
     ref_path, entry, ref_file, kind = _reference(root, job, config, path, name, file)
+    refuse_unexpressible(ref_file, ref_path, entry)
     config_shapes = next((t.shapes for t in config.targets if t.target == job.target), [])
     shapes, origin = choose_shapes(job.options.shapes, job.issue_shapes, config_shapes)
     try:

@@ -8,8 +8,14 @@ reports on its row there instead of commenting.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
+
+with warnings.catch_warnings():
+    # libcst's metadata package imports mypy_extensions.TypedDict, which warns on import.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import libcst as cst
 
 from nkibot.config.repo import RepoConfig
 from nkibot.convert.cuda import (
@@ -20,6 +26,7 @@ from nkibot.convert.cuda import (
     is_cuda_file,
 )
 from nkibot.convert.discovery import TargetError, discover, resolve, suggest_paths
+from nkibot.convert.staticops import forward_ops
 from nkibot.github.dashboard import update_rows
 from nkibot.github.gateway import GitHubGateway
 from nkibot.handlers.dashboard import RowUpdate
@@ -77,3 +84,23 @@ async def report_row(gh: Any, job: Job, update: RowUpdate) -> None:
     """A dashboard-ticked job reports on its row instead of commenting on the issue."""
     if job.trigger.issue_number is not None:
         await update_rows(GitHubGateway(gh), job.repo, job.trigger.issue_number, (update,))
+
+
+def refuse_unexpressible(file: Path, shown: str, name: str) -> None:
+    """TargetError before any work when the module's forward uses an op no backend can
+    express (data-dependent shapes, host round-trips, sampling): it could never verify."""
+    try:
+        module = cst.parse_module(file.read_text("utf-8", errors="replace"))
+    except cst.ParserSyntaxError:
+        return  # the loader reports syntax errors with more context
+    cls = next((s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name),
+               None)
+    ops = forward_ops(cls).no_backend() if cls is not None else []
+    if ops:
+        listed = ", ".join(f"`{o}`" for o in ops)
+        raise TargetError(
+            f"`{shown}::{name}`'s forward uses {listed}, which no NKI backend can express "
+            "(an output shape that depends on the data, a host round-trip, or random "
+            "sampling the verifier cannot reproduce)",
+            "convert a module without that op: move it out of the forward, or split the "
+            "module and convert the part around it")

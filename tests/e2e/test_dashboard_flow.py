@@ -150,3 +150,19 @@ class TestDashboardFlow:
         stack.dispatch()
         assert len(dashboards(stack)) == 1 and stack.check_runs() == []
 
+
+    def test_unexpressible_module_is_refused_up_front(self, stack: Stack) -> None:
+        """A forward using an op no backend can express fails before any model turn."""
+        stack.github.commit(REPO, {"src/models/pick.py": (
+            "import torch\nfrom torch import nn\n\n\nclass Pick(nn.Module):\n"
+            "    def forward(self, x):\n        return torch.unique(x)\n")})
+        scan(stack)
+        _, body = the_dashboard(stack)
+        assert "⚠️ no backend can express `unique`" in body
+        stack.comment("/nki convert src/models/pick.py::Pick --shape x=8xfloat32",
+                      comment_id=9003)
+        stack.dispatch()
+        stack.run_jobs()
+        (run,) = stack.check_runs()
+        assert run["conclusion"] == "failure" and "no NKI backend can express" in (
+            run["output"]["summary"])
