@@ -186,3 +186,10 @@ class TestWiring:
         assert decide(label, facts, POLICY).kind == "scan"
         named = replace(label, issue_body="src/norm.py::RMSNorm")
         assert decide(named, facts, POLICY).kind == "enqueue"
+
+    def test_scan_on_a_pull_request_reads_its_head(self) -> None:
+        """On a PR the scan runs at the PR's head branch and commit."""
+        pr = replace(edit("", ""), kind="comment", is_pull_request=True)
+        facts = Facts(permission="write", sha="7" * 40, head_ref="feature", default_branch="main")
+        d = decide_scan(pr, facts, (), react=True)
+        assert d.scan is not None and (d.scan.ref, d.scan.sha) == ("feature", "7" * 40)
