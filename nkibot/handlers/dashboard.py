@@ -116,6 +116,8 @@ def render_row(row: Row) -> str:
         parts.append(f"called {row.calls}× in forwards")
     if row.reference:
         parts.append(f"reference `{row.reference}`")
+    elif row.kind == "CUDA":
+        parts.append("**needs a reference** (`references:` in the config)")
     if row.no_backend:
         parts.append("⚠️ no backend can express " + ", ".join(f"`{o}`" for o in row.no_backend))
     return f"- [{mark}] " + " · ".join(parts) + _status(row)
