@@ -205,6 +205,7 @@ class TestGitHubFaults:
 
 
 SCENARIOS = ["issue_comment_created_issue", "issue_comment_created_pr", "issues_labeled",
+             "issues_edited",
              "check_run_rerequested", "installation"]
 KINDS = ("ignore", "help", "usage", "denied", "config_error", "no_targets", "enqueue", "retry",
          "cancel", "scan", "dashboard")

@@ -166,7 +166,8 @@ class TestWiring:
 
         headers, raw = load_webhook("issues_edited")
         inc = summarize("issues", headers["x-github-delivery"], parse("issues", raw))
-        assert inc.kind == "issue_edit" and inc.body_from == "(previous body)"
+        assert inc.kind == "issue_edit" and inc.body_from is not None
+        assert tick_diff(inc.body_from, inc.issue_body) == (["src/models/norm.py::RMSNorm"], [])
 
     def test_scan_comment_and_label_without_targets(self) -> None:
         """`/nki scan` and the label on an issue naming nothing both decide a scan."""
