@@ -74,7 +74,9 @@ def retried(job: Job, inc: Incoming, facts: Facts, action: str, default_turns: i
     options.reprofile_only = action == "reprofile"
     old = job.trigger
     trigger = old.model_copy(update={
-        "kind": "comment" if inc.kind == "comment" else "check_run",
+        # A dashboard job's retry still reports on its dashboard row.
+        "kind": "dashboard" if old.kind == "dashboard" else (
+            "comment" if inc.kind == "comment" else "check_run"),
         "delivery_id": inc.delivery_id, "sender": inc.sender_login,
         "comment_id": inc.comment_id if inc.kind == "comment" else old.comment_id,
     })
