@@ -84,6 +84,8 @@ def inline_kernels(py_source: str) -> list[CudaKernel]:
 
     Lines count within the CUDA string (Python positions are not kept for string bodies).
     """
+    if "load_inline" not in py_source:
+        return []  # the parse below is the expensive part of a scan
     try:
         module = cst.parse_module(py_source)
     except cst.ParserSyntaxError:

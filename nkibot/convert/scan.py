@@ -11,6 +11,7 @@ forwards call it, and which of its ops no backend can express.
 from __future__ import annotations
 
 import fnmatch
+import re
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -24,7 +25,7 @@ with warnings.catch_warnings():
 
 from nkibot.config.repo import CONFIG_PATH, RepoConfig, parse_repo_config
 from nkibot.convert.cuda import global_functions, inline_kernels, is_cuda_file
-from nkibot.convert.discovery import TargetError, _imports, _module_classes, discover
+from nkibot.convert.discovery import _imports, _module_classes, dotted
 from nkibot.convert.static_inputs import forward_params, static_inputs
 from nkibot.convert.staticops import LOWERED_MODULES, ForwardOps, forward_ops
 
@@ -33,6 +34,7 @@ KIND_LABELS: dict[str, str] = {"module": "nn.Module", "triton": "@triton.jit", "
 DEFAULT_GLOBS = ("*.py", "*.cu", "*.cuh")
 MAX_FILE_BYTES = 512 * 1024
 MAX_FILES = 2000
+_WORTH_PARSING = ("Module", "triton", "load_inline")
 _SKIP_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", "venv", ".tox"})
 
 
@@ -90,17 +92,27 @@ class _PyFile:
     lines: dict[str, int]
 
 
+def _line_of(text: str, keyword: str, name: str) -> int:
+    # A regex instead of libcst's position metadata, which costs more than the parse itself.
+    match = re.search(rf"^[ \t]*(?:async[ \t]+)?{keyword}[ \t]+{re.escape(name)}\b", text, re.M)
+    return text.count("\n", 0, match.start()) + 1 if match else 1
+
+
 def _python(path: str, text: str) -> tuple[_PyFile | None, list[KernelCandidate]]:
+    if not any(word in text for word in _WORTH_PARSING):
+        return None, []  # no Module base, no Triton, no load_inline: nothing to find
     try:
-        found = discover(text)
         module = cst.parse_module(text)
-    except (TargetError, cst.ParserSyntaxError):
+    except cst.ParserSyntaxError:
         return None, []  # a file that does not parse offers nothing; the scan goes on
+    triton_jit, _legacy, bases = _imports(module)
     classes = [s for s in module.body if isinstance(s, cst.ClassDef)]
-    modules = _module_classes(classes, _imports(module)[2])
+    modules = _module_classes(classes, bases)
     info = _PyFile(path, module, {c.name.value: (c, forward_ops(c)) for c in modules},
-                   {c.name: c.line for c in found.candidates})
-    out = [KernelCandidate(f"{path}::{c.name}", "triton", c.line) for c in found.of_kind("triton")]
+                   {c.name.value: _line_of(text, "class", c.name.value) for c in modules})
+    out = [KernelCandidate(f"{path}::{f.name.value}", "triton", _line_of(text, "def", f.name.value))
+           for f in module.body if isinstance(f, cst.FunctionDef)
+           and {dotted(d.decorator) for d in f.decorators} & triton_jit]
     out += [KernelCandidate(f"{path}::{k.name}", "cuda", k.line) for k in inline_kernels(text)]
     return info, out
 
