@@ -118,6 +118,10 @@ def write(dst: NkiTensor, value: Any, op: str) -> None:
     if isinstance(value, np.ndarray) and value.shape != arr.shape:
         value = value.reshape(arr.shape)
     dtypes.write(arr, value, dst.dtype)
+    if type(dst) is not NkiTensor:  # an indirect (scatter) view: write through to storage
+        from nkibot.sim.indirect import scatter
+
+        scatter(dst)
     if dst._state is not None:
         dst._state[...] = PSUM_OTHER
 

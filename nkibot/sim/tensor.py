@@ -243,7 +243,11 @@ class NkiTensor:
         key[dim] = slice(start, end, step)
         return self[tuple(key)]
 
-    def select(self, dim: int, index: int) -> NkiTensor:
+    def select(self, dim: int, index: Any) -> NkiTensor:
+        if not isinstance(index, int):  # a runtime index (tensor or register)
+            from nkibot.sim.indirect import dynamic_select
+
+            return dynamic_select(self, dim, index)
         key: list[Any] = [slice(None)] * self.ndim
         key[dim] = index
         return self[tuple(key)]
@@ -261,7 +265,42 @@ class NkiTensor:
     def ap(self, pattern: Any, offset: int | None = None, scalar_offset: Any = None,
            vector_offset: Any = None, indirect_dim: int = 0, dtype: Any = None) -> NkiTensor:
         if scalar_offset is not None or vector_offset is not None:
-            raise fail("unsupported", "indirect .ap(scalar_offset/vector_offset) access")
+            from nkibot.sim.indirect import dynamic_ap
+
+            return dynamic_ap(self, pattern, offset, scalar_offset, vector_offset,
+                              indirect_dim, dtype)
         from nkibot.sim.views import access_pattern
 
         return access_pattern(self, pattern, offset, dtype)
+
+    # ---- access patterns (nki/deep-dives/nki-aps.rst) -----------------------------
+    @property
+    def offset(self) -> int:
+        from nkibot.sim.indirect import view_offset
+
+        return view_offset(self)
+
+    def get_pattern(self) -> list[list[int]]:
+        return [[int(s), int(n)] for s, n in zip(self.strides, self.shape, strict=True)]
+
+    def is_contiguous(self) -> bool:
+        return bool(self._arr.flags.c_contiguous)
+
+    def is_indirect(self) -> bool:
+        return hasattr(self, "flat")
+
+    def rearrange(self, src_pattern: Any, dst_pattern: Any,
+                  fixed_sizes: dict[str, int] | None = None) -> NkiTensor:
+        from nkibot.sim.indirect import rearrange
+
+        return rearrange(self, src_pattern, dst_pattern, fixed_sizes)
+
+    def vector_select(self, dim: int, vector_offset: Any) -> NkiTensor:
+        from nkibot.sim.indirect import vector_select
+
+        return vector_select(self, dim, vector_offset)
+
+    def indirect(self, index: Any, num_elem: int | None = None) -> NkiTensor:
+        from nkibot.sim.indirect import indirect
+
+        return indirect(self, index, num_elem)
