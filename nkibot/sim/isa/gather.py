@@ -20,7 +20,7 @@ from nkibot.sim.engines import (
     write,
 )
 from nkibot.sim.errors import fail
-from nkibot.sim.indirect import IndirectTensor
+from nkibot.sim.indirect import indirection
 from nkibot.sim.isa.enums import dge_mode as _dge
 from nkibot.sim.isa.enums import oob_mode as _oob
 from nkibot.sim.state import current
@@ -139,14 +139,15 @@ def dma_transpose(dst: NkiTensor, src: NkiTensor, axes: Any = None, priority: An
         raise fail("dtype-illegal", f"{op}: src {src.describe()} and dst {dst.describe()} "
                                     "must share a dtype")
     value = read_native(src)
-    if isinstance(src, IndirectTensor) and oob_mode is not _oob.skip:
-        src.require_valid(op)
+    ind = indirection(src)
+    if ind is not None and oob_mode is not _oob.skip:
+        ind.require_valid(op, src.describe())
     moved = np.transpose(value, order)
     if moved.shape != dst.shape:
         raise fail("shape-mismatch", f"{op}: transposed src is {list(moved.shape)} but dst is "
                                      f"{dst.describe()}")
-    if isinstance(src, IndirectTensor):
-        keep = np.transpose(src.valid, order)
+    if ind is not None:
+        keep = np.transpose(ind.valid, order)
         moved = np.where(keep, moved, read_native(dst))
     write(dst, moved, op)
     _count_dma(dst)
@@ -181,10 +182,11 @@ def dma_compute(dst: NkiTensor, srcs: Any, reduce_op: Any, scales: Any = None,
                                          f"{dst.describe()} hold different element counts")
     valid = np.ones(dst.shape, bool)
     for t in (dst, *tiles):
-        if isinstance(t, IndirectTensor):
+        ind = indirection(t)
+        if ind is not None:
             if oob_mode is not _oob.skip:
-                t.require_valid(op)
-            valid &= t.valid.reshape(dst.shape)
+                ind.require_valid(op, t.describe())
+            valid &= ind.valid.reshape(dst.shape)
     total = sum((read(t).reshape(dst.shape) for t in tiles), np.zeros(dst.shape, np.float32))
     write(dst, np.where(valid, total, read(dst)) if not valid.all() else total, op)
     _count_dma(dst)

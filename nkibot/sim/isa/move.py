@@ -9,24 +9,26 @@ import numpy as np
 from nkibot.sim import dtypes, ops
 from nkibot.sim.engines import (
     count,
+    dma,
     free_size,
     in_buffer,
     on_chip,
     read,
+    read_native,
     same_elements,
+    settled,
     tensor,
     write,
 )
 from nkibot.sim.errors import fail
-from nkibot.sim.indirect import IndirectTensor
+from nkibot.sim.indirect import indirection
 from nkibot.sim.isa.enums import dge_mode as _dge
 from nkibot.sim.isa.enums import engine as _engine
 from nkibot.sim.isa.enums import oob_mode as _oob
-from nkibot.sim.language.core import _dma
 from nkibot.sim.language.math import make_binary
-from nkibot.sim.psum import settle
 from nkibot.sim.state import current
-from nkibot.sim.tensor import PMAX, MemoryRegion, NkiTensor
+from nkibot.sim.storage import PMAX, MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 _equal = make_binary("equal")
 _DMA_OK = (MemoryRegion.sbuf, MemoryRegion.private_hbm, MemoryRegion.shared_hbm)
@@ -46,24 +48,22 @@ def dma_copy(dst: NkiTensor, src: NkiTensor, priority: Any = None,
     if dst.size != src.size:
         raise fail("shape-mismatch", f"dma_copy: dst {dst.describe()} and src {src.describe()} "
                                      "hold different numbers of elements")
-    if isinstance(src, IndirectTensor) or isinstance(dst, IndirectTensor):
-        _indirect_dma(dst, src, oob_mode)
-        return
-    _dma(dst, src)
+    _checked_dma(dst, src, oob_mode, "dma_copy")
 
 
-def _indirect_dma(dst: NkiTensor, src: NkiTensor, oob: Any) -> None:
-    """A gather (indirect src) or scatter (indirect dst); oob_mode.skip drops bad indices."""
-    for t in (dst, src):
-        if isinstance(t, IndirectTensor) and oob is not _oob.skip:
-            t.require_valid("dma_copy")
-    if isinstance(src, IndirectTensor) and not bool(src.valid.all()):
-        keep = src.valid.reshape(dst.shape)
-        value = np.where(keep, read(src).reshape(dst.shape), read(dst))
-        write(dst, value, "dma_copy")
+def _checked_dma(dst: NkiTensor, src: NkiTensor, oob: Any, op: str) -> None:
+    """A DMA whose src (gather) or dst (scatter) may be indirect; oob_mode.skip drops
+    out-of-bounds indices (the destination keeps its values there)."""
+    src_ind, dst_ind = indirection(src), indirection(dst)
+    for ind, t in ((src_ind, src), (dst_ind, dst)):
+        if ind is not None and oob is not _oob.skip:
+            ind.require_valid(op, t.describe())
+    if src_ind is not None and not bool(src_ind.valid.all()):
+        keep = src_ind.valid.reshape(dst.shape)
+        write(dst, np.where(keep, read(src).reshape(dst.shape), read(dst)), op)
         current().count("dma", dst.size)
         return
-    _dma(dst, src)
+    dma(dst, src)
 
 
 def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = _engine.unknown,
@@ -79,7 +79,7 @@ def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = _engine.unknown,
         raise fail("arch-unsupported", "tensor_copy on the Scalar engine is not supported on "
                                        "NeuronCore-v2; use nisa.activation(op=nl.copy)")
     same = src.dtype == dst.dtype
-    write(dst, read(src, src._arr.dtype) if same else read(src), "tensor_copy")
+    write(dst, read_native(src) if same else read(src), "tensor_copy")
     count(eng, dst.size)
 
 
@@ -106,16 +106,15 @@ def tensor_copy_predicated(dst: NkiTensor, src: Any, predicate: NkiTensor,
         if src.dtype != dst.dtype:
             raise fail("dtype-illegal", f"{op}: src {src.describe()} and dst {dst.describe()} "
                                         "must share a dtype")
-        value = read(src, src._arr.dtype).reshape(dst.shape)
+        value = read_native(src).reshape(dst.shape)
     else:
         value = src
-    settle(dst._alloc)
-    write(dst, np.where(mask, value, dst._arr), op)
+    write(dst, np.where(mask, value, settled(dst)), op)
     count("vector", dst.size)
 
 
 def read_mask(predicate: NkiTensor, like: NkiTensor) -> np.ndarray[Any, Any]:
-    mask: np.ndarray[Any, Any] = (read(predicate, predicate._arr.dtype) != 0)
+    mask: np.ndarray[Any, Any] = (read_native(predicate) != 0)
     return mask.reshape(like.shape)
 
 

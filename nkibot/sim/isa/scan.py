@@ -159,8 +159,9 @@ def tensor_scalar_reduce(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: An
     accum.write_result(reduce_res, lanes, data.shape[0], opname, reduce_res_negate)
 
 
-_PARTITION_REDUCE: dict[str, Callable[..., Any]] = {"add": np.sum, "average": np.mean, "maximum": np.max,
-                     "bitwise_or": np.bitwise_or.reduce, "bitwise_and": np.bitwise_and.reduce}
+_PARTITION_REDUCE: dict[str, Callable[..., Any]] = {
+    "add": np.sum, "average": np.mean, "maximum": np.max,
+    "bitwise_or": np.bitwise_or.reduce, "bitwise_and": np.bitwise_and.reduce}
 
 
 def tensor_partition_reduce(dst: NkiTensor, op: Any, data: NkiTensor, name: Any = None) -> None:

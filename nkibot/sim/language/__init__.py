@@ -82,7 +82,8 @@ from nkibot.sim.language.math import (
     where,
 )
 from nkibot.sim.language.objects import NKIObject
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 __nkibot_sim__ = True
 
