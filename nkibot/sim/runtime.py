@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from nkibot.sim import dtypes, isa, language
+from nkibot.sim import typing as sim_typing
 from nkibot.sim.alloc import wrap
 from nkibot.sim.errors import KernelError, SimError, fail
 from nkibot.sim.state import LAST, LOCAL, RunState
@@ -25,16 +26,37 @@ _TARGET = ["trn1"]
 class Kernel:
     """A `@nki.jit` kernel; calling it with NumPy arrays runs it on the simulator."""
 
-    def __init__(self, fn: Callable[..., Any], lnc: int = 1) -> None:
+    def __init__(self, fn: Callable[..., Any], lnc: int = 1,
+                 schedule: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> None:
         self.fn = fn
         self.lnc = lnc
+        #: Extra dependency edges (instruction, instructions it waits for); see with_schedule.
+        self.schedule = schedule
         functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid: Any) -> Kernel:
         n = grid if isinstance(grid, int) else int(np.prod(grid))
         if n not in (1, 2):
             raise fail("unsupported", f"launch grid {grid!r}: only LNC 1 or 2 is simulated")
-        return Kernel(self.fn, n)
+        return Kernel(self.fn, n, self.schedule)
+
+    def with_schedule(self, edges: Any) -> Kernel:
+        """This kernel with extra dependency edges: pairs (name, name or [names]).
+
+        The simulator issues instructions in program order, which honours any edge set
+        that agrees with the data flow, so the edges are checked and kept, not enforced.
+        """
+        parsed: list[tuple[str, tuple[str, ...]]] = []
+        for edge in edges:
+            if not isinstance(edge, tuple | list) or len(edge) != 2 or not isinstance(
+                    edge[0], str):
+                raise fail("unsupported", f"with_schedule: edge {edge!r} must be a pair "
+                                          "(name, name or list of names)")
+            deps = (edge[1],) if isinstance(edge[1], str) else tuple(edge[1])
+            if not all(isinstance(d, str) for d in deps):
+                raise fail("unsupported", f"with_schedule: edge {edge!r} names a non-string")
+            parsed.append((edge[0], deps))
+        return Kernel(self.fn, self.lnc, self.schedule + tuple(parsed))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if LOCAL.depth:
@@ -116,7 +138,7 @@ def _module() -> types.ModuleType:
     mod = types.ModuleType("nki", "nkibot's NKI CPU simulator standing in for `nki`.")
     mod.__path__ = []
     mod.__dict__.update(jit=jit, simulate=simulate, language=language, isa=isa,
-                        __nkibot_sim__=True, __version__="0.4.0+nkibot.sim")
+                        typing=sim_typing, __nkibot_sim__=True, __version__="0.4.0+nkibot.sim")
     return mod
 
 
@@ -147,7 +169,8 @@ def activate(force: bool = False, target: str = "trn1") -> Iterator[types.Module
     saved_target = _TARGET[0]
     for k in saved:
         del sys.modules[k]
-    sys.modules.update({"nki": NKI, "nki.language": language, "nki.isa": isa})
+    sys.modules.update({"nki": NKI, "nki.language": language, "nki.isa": isa,
+                        "nki.typing": sim_typing})
     _TARGET[0] = target
     LOCAL.state = RunState(1, target)
     try:
