@@ -21,7 +21,7 @@ class _TensorType:
         return "tensor[" + ", ".join(map(repr, self.params)) + "]"
 
 
-class tensor:  # noqa: N801 - the nki.typing name
+class tensor:
     """Subscript with a shape (and optionally a dtype): `tensor[128, 512]`."""
 
     def __class_getitem__(cls, params: Any) -> _TensorType:

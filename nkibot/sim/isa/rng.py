@@ -33,17 +33,40 @@ def _state(eng: str) -> Arr:
 
 
 def seeded(eng: str, seed: int) -> Arr:
-    gen = np.random.default_rng([int(seed) & 0xFFFFFFFF, WORDS[eng]])
-    return gen.integers(0, 2**32, size=(128, WORDS[eng]), dtype=np.uint64).astype(np.uint32)
+    lanes = np.arange(128, dtype=np.uint64)[:, None] * np.uint64(WORDS[eng])
+    words = np.arange(WORDS[eng], dtype=np.uint64)[None, :]
+    mixed = _mix(np.uint64(int(seed) & 0xFFFFFFFF) * _GOLDEN + lanes + words)
+    return (mixed >> np.uint64(32)).astype(np.uint32)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(z: Arr) -> Arr:
+    """splitmix64's finaliser: a bijective 64-bit mix (counter-based generation)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out: Arr = z ^ (z >> np.uint64(31))
+        return out
 
 
 def draw_bits(eng: str, shape: tuple[int, ...]) -> Arr:
-    """32 random bits per element of `shape`, advancing the engine's state."""
+    """32 random bits per element of `shape`; lane p (partition p) uses and advances only
+    its own state words, so saving and restoring a lane's state replays its stream."""
     st = _state(eng)
-    gen = np.random.default_rng(st.astype(np.uint64).ravel().tolist())
-    bits = gen.integers(0, 2**32, size=shape, dtype=np.uint64).astype(np.uint32)
-    st[...] = gen.integers(0, 2**32, size=st.shape, dtype=np.uint64).astype(np.uint32)
-    return bits
+    lanes = shape[0]
+    with np.errstate(over="ignore"):
+        key = np.zeros(lanes, np.uint64)
+        for w in range(st.shape[1]):
+            key = _mix(key * _GOLDEN + st[:lanes, w].astype(np.uint64))
+        n = int(np.prod(shape[1:], dtype=np.int64))
+        ctr = np.arange(n, dtype=np.uint64)[None, :] * _GOLDEN
+        bits = (_mix(key[:, None] + ctr) >> np.uint64(32)).astype(np.uint32)
+        step = _mix(key[:, None] + np.uint64(n) * _GOLDEN + np.arange(
+            st.shape[1], dtype=np.uint64)[None, :] + np.uint64(1))
+    st[:lanes] = (step >> np.uint64(32)).astype(np.uint32)
+    return bits.reshape(shape)
 
 
 def uniform(eng: str, shape: tuple[int, ...]) -> Arr:

@@ -7,6 +7,7 @@ value or None, then `__post_init__`), and equality is structural.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 
@@ -20,7 +21,7 @@ class NKIObject:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "__init__" not in cls.__dict__:
-            cls.__init__ = _field_init(_fields(cls))  # type: ignore[misc]
+            setattr(cls, "__init__", _field_init(_fields(cls)))  # noqa: B010 - a generated method
 
     def __post_init__(self) -> None:
         """Called after the generated `__init__` (override to validate or derive)."""
@@ -34,7 +35,7 @@ class NKIObject:
 def _fields(cls: type) -> list[str]:
     names: list[str] = []
     for klass in reversed(cls.__mro__):
-        for name in klass.__dict__.get("__annotations__", {}):
+        for name in inspect.get_annotations(klass):
             if name not in names:
                 names.append(name)
     return names
