@@ -52,6 +52,17 @@ FIXES: dict[str, str] = {
     "arch-unsupported": "use an instruction that NeuronCore-v2 (Trn1) supports",
     "unsupported": "this construct is not supported by the simulator; rewrite it",
     "kernel-exception": "fix the Python error raised inside the kernel",
+    "host-compute": (
+        "compute on device with nl/nisa instructions; NumPy may only supply dtypes, constants "
+        "and ops passed as op="
+    ),
+    "data-dependent-control": (
+        "keep Python control flow on shapes and Python ints; select per element on device"
+    ),
+    "result-illegal": (
+        "allocate each result with nl.ndarray(shape, dtype, buffer=nl.shared_hbm) in the "
+        "kernel, store into it, and return it"
+    ),
 }
 
 

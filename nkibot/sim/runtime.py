@@ -16,7 +16,7 @@ from nkibot.sim import dtypes, isa, language
 from nkibot.sim.alloc import wrap
 from nkibot.sim.errors import KernelError, SimError, fail
 from nkibot.sim.state import LAST, LOCAL, RunState
-from nkibot.sim.storage import MemoryRegion, values
+from nkibot.sim.storage import MemoryRegion, handle, values
 from nkibot.sim.tensor import NkiTensor
 
 _TARGET = ["trn1"]
@@ -72,12 +72,26 @@ def _to_tensor(arg: Any, buffer: MemoryRegion, index: int) -> Any:
     return wrap(arr, buffer, f"arg{index}")
 
 
-def _to_numpy(result: Any) -> Any:
-    if isinstance(result, NkiTensor):
-        return np.array(values(result))
+def _to_numpy(result: Any, state: RunState, where: str = "result") -> Any:
+    """The kernel's results as NumPy arrays: each a shared_hbm tensor of this launch.
+
+    On hardware only the kernel's own HBM outputs come back to the host; an input, an
+    on-chip tile or a host value cannot be a result (`result-illegal`).
+    """
     if isinstance(result, tuple | list):
-        return tuple(_to_numpy(r) for r in result)
-    return result
+        return tuple(_to_numpy(r, state, f"{where}[{i}]") for i, r in enumerate(result))
+    if result is None:
+        return None
+    if not isinstance(result, NkiTensor):
+        raise fail("result-illegal", f"kernel {where} is a {type(result).__name__}; a kernel "
+                                     "returns the shared_hbm tensors it allocated")
+    if handle(result).alloc.launch is not state:
+        raise fail("result-illegal", f"kernel {where} {result.describe()} was not allocated "
+                                     "by this launch (an input or a leftover tensor)")
+    if result.buffer is not MemoryRegion.shared_hbm:
+        raise fail("result-illegal", f"kernel {where} is {result.describe()}; results must "
+                                     "be shared_hbm tensors (store on-chip tiles into one)")
+    return np.array(values(result))
 
 
 def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -104,7 +118,7 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     finally:
         LOCAL.depth -= 1
         LOCAL.state = RunState(1, _TARGET[0])
-    return _to_numpy(results[0])
+    return _to_numpy(results[0], state)
 
 
 def stats() -> dict[str, Any]:
