@@ -111,22 +111,29 @@ def activation(dst: NkiTensor, op: Any, data: NkiTensor, bias: Any = None, scale
         _reduce_regs("scalar", y, data, reduce_op, reduce_res, reduce_cmd, opname)
 
 
+_REG_OPS = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum}
+
+
 def _reduce_regs(eng: str, y: Arr, data: NkiTensor, reduce_op: Any, reduce_res: Any,
                  cmd: Any, opname: str) -> None:
-    if reduce_op is not None and ops.op_name(reduce_op, "reduce_op") != "add":
-        legal = rule("activation_reduce_ops")
-        if legal is not None:
-            raise arch_refused("activation_reduce_ops", f"{opname}: reduce_op={reduce_op!r}")
-        # The register model below accumulates sums only; other ops are not simulated yet.
-        raise fail("unsupported", f"{opname}: reduce_op other than nl.add is not simulated")
+    op = "add" if reduce_op is None else ops.op_name(reduce_op, "reduce_op")
+    legal = rule("activation_reduce_ops")
+    if legal is not None and op not in legal:
+        raise arch_refused("activation_reduce_ops", f"{opname}: reduce_op={reduce_op!r}")
+    if op not in _REG_OPS:
+        raise fail("op-illegal", f"{opname}: reduce_op must be nl.add, nl.maximum or nl.minimum")
+    ufunc = _REG_OPS[op]
     regs = current().regs.setdefault(eng, np.zeros(128, np.float32))
     parts = data.shape[0]
     if cmd is _cmd.idle and reduce_op is not None:
         cmd = _cmd.reset_reduce  # a reduce_op without a command reduces this instruction
+    reduced = ufunc.reduce(y.reshape(parts, -1), axis=1, dtype=np.float32)
     if cmd in (_cmd.reset, _cmd.reset_reduce):
         regs[:parts] = 0
-    if cmd in (_cmd.reduce, _cmd.reset_reduce, _cmd.load_reduce):
-        regs[:parts] += y.reshape(parts, -1).sum(axis=1, dtype=np.float32)
+    if cmd is _cmd.reset_reduce:
+        regs[:parts] = reduced
+    elif cmd in (_cmd.reduce, _cmd.load_reduce):
+        regs[:parts] = ufunc(regs[:parts], reduced)
     if reduce_res is not None:
         res = on_chip(reduce_res, opname, "reduce_res")
         if res.shape[0] != parts or free_size(res) != 1:

@@ -95,6 +95,20 @@ def _check_moving_and_bank(dst: NkiTensor, moving: NkiTensor, n: int) -> None:
                                 f"matmul result must fit {limit} B of PSUM on {t}")
 
 
+_FP8 = ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")
+
+
+def _check_perf_mode(perf_mode: Any, stationary: NkiTensor, moving: NkiTensor) -> None:
+    if getattr(perf_mode, "name", "none") in ("none", "unknown"):
+        return
+    if not rule("matmul_perf_mode"):
+        raise arch_refused("matmul_perf_mode", f"nc_matmul perf_mode={perf_mode!r}")
+    for role, x in (("stationary", stationary), ("moving", moving)):
+        if dtypes.name(x.dtype) not in _FP8:
+            raise fail("dtype-illegal", f"nc_matmul: perf_mode double_row needs fp8 operands; "
+                                        f"{role} is {x.describe()} ({targets.ISA}:582)")
+
+
 def _operand(t: NkiTensor) -> np.ndarray[Any, Any]:
     a = read(t)
     return a.reshape(t.shape[0], -1)
@@ -110,9 +124,7 @@ def nc_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor,
     stationary = on_chip(stationary, "nc_matmul", "stationary")
     moving = on_chip(moving, "nc_matmul", "moving")
     _check_matmul(dst, stationary, moving)
-    if getattr(perf_mode, "name", "none") not in ("none", "unknown") and \
-            not rule("matmul_perf_mode"):
-        raise arch_refused("matmul_perf_mode", f"nc_matmul perf_mode={perf_mode!r}")
+    _check_perf_mode(perf_mode, stationary, moving)
     h = storage_of(dst)
     if h.readonly:
         raise fail("read-only", f"nc_matmul: cannot write into broadcast view {dst.describe()}")
