@@ -27,13 +27,20 @@ as on hardware). Live SBUF over 192 KiB or
 PSUM over 16 KiB (8 x 2 KiB banks) per partition is refused; an allocation is live while a
 view of it is referenced (tiles allocated in a loop body recycle each iteration).
 
+Host boundary (opaque.py), as on hardware: tensors have no public backing array; NumPy
+applied to a tensor (`np.exp(t)`, `np.asarray(t)`) raises `host-compute` naming the
+nl/nisa op to use; `bool/int/float/index` of a tensor raise `data-dependent-control`;
+results must be shared_hbm tensors the kernel allocated in this launch (`result-illegal`;
+returning nothing is fine when the kernel writes its inputs in place).
+
 Errors: `ConstraintError` (a hardware rule) and `KernelError` (anything else raised in the
 kernel, rule `kernel-exception`) carry `rule`, `file`, `line`, `fix`; str() reads
 "[rule] detail (at kernel.py:42); fix: hint". Rules: partition-dim, partition-mismatch,
 shape-mismatch, buffer-illegal, out-of-bounds, matmul-contraction, matmul-stationary-free,
 matmul-moving-free, psum-bank, psum-accumulate, psum-capacity, sbuf-capacity,
 dtype-illegal, float64-input, reduce-axis0, reduce-axis, broadcast, read-only,
-view-illegal, op-illegal, arch-unsupported, unsupported.
+view-illegal, op-illegal, arch-unsupported, unsupported, host-compute,
+data-dependent-control, result-illegal.
 
 `stats()` -> {"instructions": {engine: n}, "elements": {engine: n}, "dma_bytes": n,
 "peak_sbuf_bytes_per_partition": n, "peak_psum_bytes_per_partition": n}; engines are

@@ -16,7 +16,16 @@ import numpy as np
 
 from nkibot.sim import dtypes, ops
 from nkibot.sim.alloc import OVERWRITTEN, allocate
-from nkibot.sim.engines import compute_dtype, count, on_chip, read, reduce_axes, settled, write
+from nkibot.sim.engines import (
+    compute_dtype,
+    count,
+    on_chip,
+    read,
+    reduce_axes,
+    require,
+    settled,
+    write,
+)
 from nkibot.sim.errors import fail
 from nkibot.sim.isa.tensor import nc_matmul, nc_transpose
 from nkibot.sim.storage import MemoryRegion
@@ -45,6 +54,7 @@ def _operand(x: Any, name: str, role: str) -> Any:
 
 
 def binary_op(name: str, x: Any, y: Any, dtype: Any = None) -> Any:
+    require(name)  # abs_max/abs_min are NeuronCore-v4 only (targets.INSTRUCTIONS)
     x, y = _operand(x, name, "x"), _operand(y, name, "y")
     fn = ops.binary(name)
     tiles = [t for t in (x, y) if isinstance(t, NkiTensor)]
