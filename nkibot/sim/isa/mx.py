@@ -16,10 +16,9 @@ from typing import Any
 import numpy as np
 
 from nkibot.sim import dtypes
-from nkibot.sim.engines import count, free_size, on_chip, read, read_native, write
+from nkibot.sim.engines import count, free_size, on_chip, read, read_native, require, write
 from nkibot.sim.errors import fail
 from nkibot.sim.isa.tensor import issue_matmul
-from nkibot.sim.state import current
 from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 Arr = np.ndarray[Any, Any]
@@ -28,9 +27,7 @@ _FMAX = {"float8_e4m3fn_x4": 448.0, "float8_e5m2_x4": 57344.0, "float4_e2m1fn_x4
 
 
 def _trn3(op: str) -> None:
-    if current().target in ("trn1", "trn2"):
-        raise fail("arch-unsupported", f"{op} needs NeuronCore-v4 (Trn3): MX types are "
-                                       "Trn3-only")
+    require(op)
 
 
 def _mx(t: NkiTensor, op: str, role: str) -> str:

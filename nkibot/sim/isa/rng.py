@@ -13,7 +13,16 @@ from typing import Any
 import numpy as np
 
 from nkibot.sim import dtypes
-from nkibot.sim.engines import count, free_size, on_chip, read, read_native, scalar_operand, write
+from nkibot.sim.engines import (
+    count,
+    free_size,
+    on_chip,
+    read,
+    read_native,
+    require,
+    scalar_operand,
+    write,
+)
 from nkibot.sim.errors import fail
 from nkibot.sim.isa.enums import engine as _engine
 from nkibot.sim.state import current
@@ -90,6 +99,7 @@ def rng(dst: NkiTensor, engine: Any = _engine.vector, name: Any = None) -> None:
     if dst.dtype not in _INTS:
         raise fail("dtype-illegal", f"rng: dst {dst.describe()} must be an integer type")
     eng = _engine_name(engine, "rng", dst)
+    # "Supported engines: NeuronCore-v2: Vector. NeuronCore-v3+: GpSimd, Vector."
     if eng == "gpsimd" and current().target == "trn1":
         raise fail("arch-unsupported", "rng on GpSimd needs NeuronCore-v3+ (Trn2+)")
     bits = draw_bits(eng, dst.shape)
@@ -102,9 +112,7 @@ def rng(dst: NkiTensor, engine: Any = _engine.vector, name: Any = None) -> None:
 
 def rand2(dst: NkiTensor, min: Any, max: Any, name: Any = None) -> None:
     """Uniform values in [min, max] (Vector, NeuronCore-v4+)."""
-    if current().target in ("trn1", "trn2"):
-        raise fail("arch-unsupported", "rand2 needs NeuronCore-v4 (Trn3); use nisa.rng and "
-                                       "scale the bits")
+    require("rand2")
     dst = on_chip(dst, "rand2", "dst")
     lo = scalar_operand(min, dst, "rand2", "min")
     hi = scalar_operand(max, dst, "rand2", "max")
@@ -146,11 +154,10 @@ def set_rng_seed(src_seeds: NkiTensor, name: Any = None) -> None:
 
 
 def _state_engine(engine: Any, op: str, dst: NkiTensor | None) -> str:
+    require(op)
     tgt = current().target
-    if tgt == "trn1":
-        raise fail("arch-unsupported", f"{op} needs NeuronCore-v3+ (Trn2+)")
     eng = "gpsimd" if engine in (None, _engine.unknown) else _engine_name(engine, op, dst)
-    if eng == "vector" and tgt == "trn2":
+    if eng == "vector" and tgt == "trn2":  # "NeuronCore-v3: GpSimd. NeuronCore-v4+: GpSimd, Vector"
         raise fail("arch-unsupported", f"{op} on the Vector engine needs NeuronCore-v4 (Trn3)")
     return eng
 
