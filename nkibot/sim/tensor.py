@@ -25,7 +25,8 @@ from nkibot.sim.indirect import (
     view_offset,
 )
 from nkibot.sim.opaque import numpy_refused, ufunc_name, values_refused
-from nkibot.sim.storage import PMAX, Handle, MemoryRegion, Stored, handle
+from nkibot.sim.state import LOCAL
+from nkibot.sim.storage import PMAX, Handle, MemoryRegion, Stored, handle, values
 from nkibot.sim.views import access_pattern
 
 __all__ = ["PMAX", "DynSlice", "MemoryRegion", "NkiTensor"]
@@ -61,6 +62,10 @@ class NkiTensor(Stored):
 
     # ---- the host boundary (opaque.py): no values for host code ----------------------
     def __bool__(self) -> bool:
+        if LOCAL.depth == 0:
+            # Host code outside any kernel launch: the API docs' examples test results
+            # with `assert nl.equal(a, expected)` (all elements true). In a kernel, no.
+            return bool(np.all(values(self)))
         raise values_refused("bool", self.describe())
 
     def __int__(self) -> int:
