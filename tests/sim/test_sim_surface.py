@@ -250,3 +250,28 @@ def test_an_output_argument_the_kernel_wrote_is_a_result(nki: ModuleType) -> Non
     ref = out.copy()
     ref[ind[:, 0]] = src
     np.testing.assert_array_equal(_run(nki, k, src, ind, out), ref)
+
+
+def test_abs_max_and_abs_min_return_the_signed_input() -> None:
+    """nl.abs_max / abs_min (Trn3): the signed value of larger / smaller magnitude, y on
+    ties, with a [P, 1] column applied along the free axis (as their docs show)."""
+    with activate(force=True, target="trn3") as nki:
+        assert nki is not None
+        import nki.isa as nisa
+        import nki.language as nl
+
+        def k(a: Any, b: Any) -> Any:
+            x, y = nl.load(a), nl.load(b)
+            outs = []
+            for t in (nl.abs_max(x, y), nl.abs_min(x, y)):
+                o = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+                nisa.dma_copy(dst=o, src=t)
+                outs.append(o)
+            return tuple(outs)
+
+        a = np.array([[-5.0, 1.0, 2.0]], F32).repeat(4, 0)
+        b = np.array([[3.0], [-1.0], [-2.0], [0.5]], F32)
+        hi, lo = nki.simulate(nki.jit(k))(a, b)
+    ax, bx = np.abs(a), np.abs(b)
+    np.testing.assert_array_equal(hi, np.where(ax > bx, a, np.broadcast_to(b, a.shape)))
+    np.testing.assert_array_equal(lo, np.where(ax < bx, a, np.broadcast_to(b, a.shape)))
