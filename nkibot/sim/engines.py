@@ -139,6 +139,7 @@ def write(dst: Stored, value: Any, op: str) -> None:
     if h.readonly:
         raise fail("read-only", f"{op}: cannot write into broadcast view {dst.describe()}")
     alloc = h.alloc
+    alloc.written = True
     if alloc.pending:
         settle(alloc)
     if alloc.pinned_by:

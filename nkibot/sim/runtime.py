@@ -150,8 +150,6 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     tensors = tuple(_to_tensor(a, buffer, i) for i, a in enumerate(args))
     targs = {k: _to_tensor(v, buffer, -1) for k, v in kwargs.items()}
     LOCAL.state, LAST[0] = state, state.counters
-    before = [(t, np.array(values(t))) for t in (*tensors, *targs.values())
-              if isinstance(t, NkiTensor)]
     results = []
     LOCAL.depth += 1
     try:
@@ -168,8 +166,8 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     finally:
         LOCAL.depth -= 1
         LOCAL.state = RunState(1, target)
-    written = tuple(t for t, old in before
-                    if not np.array_equal(values(t), old, equal_nan=old.dtype.kind == "f"))
+    written = tuple(t for t in (*tensors, *targs.values())
+                    if isinstance(t, NkiTensor) and handle(t).alloc.written)
     return _to_numpy(results[0], state, written=written)
 
 
