@@ -14,8 +14,17 @@ from typing import Literal, cast
 
 from nkibot.backends.base import KernelBackend
 from nkibot.backends.neuron import devices
+from nkibot.config.platform import resolve_platform
 
 BackendName = Literal["auto", "sim", "neuron"]
+
+
+def host_platform(requested: str | None, setting: str | None,
+                  device: Callable[[], str | None] = devices.device_generation) -> str:
+    """The generation to check for here: the request, the setting, this host's device, trn1."""
+    if requested or setting:
+        return resolve_platform(requested, setting, None)
+    return resolve_platform(None, None, device())
 
 
 class BackendUnavailable(RuntimeError):
