@@ -92,8 +92,11 @@ class SimBackend:
                  memory_mb: int = 4096, verify_timeout_s: float | None = None,
                  skip_static: bool = False, device: str | None = None,
                  extra_env: dict[str, str] | None = None,
-                 runner: Callable[..., SandboxOutcome] = run_sandboxed) -> None:
+                 runner: Callable[..., SandboxOutcome] = run_sandboxed,
+                 platform: str = "trn1") -> None:
         self.function = function
+        #: The Trainium generation the simulator applies the rules of (trn1/trn2/trn3).
+        self.platform = platform
         # The neuron backend reuses this verifier with device="neuron": same trials and
         # guards, the kernel run by the real nki on the pinned NeuronCore.
         self.device = device
@@ -118,7 +121,8 @@ class SimBackend:
         path = out_dir / self.kernel_file
         path.write_text(src, encoding="utf-8")
         request = {"op": "run_kernel", "kernel_path": str(path), "function": function,
-                   "out_dir": str(out_dir), "device": self.device, **request}
+                   "out_dir": str(out_dir), "device": self.device, "target": self.platform,
+                   **request}
         return run_harness(request, timeout_s=timeout_s, memory_mb=self.memory_mb,
                            extra_env=self.extra_env, runner=self._runner)
 

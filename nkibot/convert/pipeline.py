@@ -60,11 +60,27 @@ async def convert(
     on_stage: Stage | None = None,
     bedrock_available: bool | None = None,
     core_id: int | None = None,
+    platform: str = "trn1",
 ) -> ConversionResult:
     """Convert one task; see the module docstring for the failure contract.
 
     `core_id` pins the neuron backend's children to one NeuronCore (one runner worker each).
+    `platform` is the Trainium generation (trn1/trn2/trn3) the kernel is checked for; the
+    result names it.
     """
+    result = await _convert(task, settings=settings, model=model, backend=backend, turns=turns,
+                            on_turn=on_turn, should_stop=should_stop, target=target,
+                            on_stage=on_stage, bedrock_available=bedrock_available,
+                            core_id=core_id, platform=platform)
+    # Every result names the generation it was checked for, failures included.
+    return result.model_copy(update={"platform": platform})
+
+
+async def _convert(task: Task, *, settings: Settings, model: str, backend: str,
+                   turns: int | None, on_turn: Callable[[TurnRecord], None] | None,
+                   should_stop: Callable[[], bool] | None, target: str | None,
+                   on_stage: Stage | None, bedrock_available: bool | None,
+                   core_id: int | None, platform: str) -> ConversionResult:
     from nkibot.backends.select import select_backend
 
     started = time.monotonic()
@@ -76,7 +92,7 @@ async def convert(
     try:
         kb: KernelBackend = select_backend(
             backend, core_id=core_id,  # type: ignore[arg-type]
-            compile_timeout_s=settings.compile_timeout_s)
+            compile_timeout_s=settings.compile_timeout_s, platform=platform)
     except Exception as exc:  # a missing device or SDK is a user-level failure
         return _failed(task, name, started, f"kernel backend {backend!r} unavailable: {exc}")
     try:
