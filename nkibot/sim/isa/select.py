@@ -31,7 +31,9 @@ from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 Arr = np.ndarray[Any, Any]
 _maximum = make_binary("maximum")
-_PRED_DTYPES = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
+# The docstring lists int8/uint8/int16/uint16; nki/test/test_nki_isa_select_reduce.py also
+# passes a bool predicate.
+_PRED_DTYPES = (dtypes.bool_, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
                 dtypes.uint32)
 
 
