@@ -51,11 +51,15 @@ def _group_rows(parts: int, scale_parts: int, op: str) -> Arr:
         if scale_parts < groups:
             raise fail("shape-mismatch", f"{op}: the scale tile needs {groups} partitions")
         return np.arange(groups)
-    if scale_parts < parts:
-        raise fail("shape-mismatch", f"{op}: a scale tile for {parts} data partitions is "
-                                     f"[{parts}, ...] (quadrant layout) or [{groups}, ...]")
     g = np.arange(groups)
-    return np.asarray(32 * (g // 4) + g % 4)
+    rows = np.asarray(32 * (g // 4) + g % 4)
+    # The scale view may start at an offset inside each quadrant (0, 4, 8, 12: packing the
+    # scales of several tensors in one tile), so it needs rows up to the last group's.
+    if scale_parts <= int(rows[-1]):
+        raise fail("shape-mismatch", f"{op}: a scale tile for {parts} data partitions needs "
+                                     f"{int(rows[-1]) + 1} partitions (quadrant layout) or "
+                                     f"exactly {groups}; got {scale_parts}")
+    return rows
 
 
 def unpack(t: NkiTensor) -> Arr:
