@@ -46,6 +46,7 @@ def select_backend(
     problems: Callable[[], list[str]] = devices.hardware_problems,
     sim_factory: Callable[[], KernelBackend] | None = None,
     platform: str = "trn1",
+    device_platform: Callable[[], str | None] = devices.device_generation,
 ) -> KernelBackend:
     """The backend for `name`; `core_id` pins the neuron backend to one NeuronCore.
 
@@ -63,8 +64,10 @@ def select_backend(
     from nkibot.backends.neuron.backend import NeuronBackend
     from nkibot.backends.neuron.neff_cache import NeffCache
 
+    # On hardware the device decides the generation (its compiler target and its figures).
     return NeuronBackend(
         core_id,
         compile_timeout_s=compile_timeout_s,
         cache=NeffCache(cache_dir) if cache_dir is not None else None,
+        platform=device_platform() or platform,
     )

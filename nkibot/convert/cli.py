@@ -55,9 +55,9 @@ class Progress:
 def summary_lines(result: ConversionResult, written: list[Path]) -> list[str]:
     """The human summary printed on stdout (pure)."""
     where = (f"on {result.platform.capitalize()} hardware" if result.hardware
-             else f"SIMULATED on {result.simulator or result.backend} (no hardware)")
-    lines = [f"{result.status.upper()}: {result.target} ({where}; checked for "
-             f"{result.platform})",
+             else f"SIMULATED on {result.simulator or result.backend} (no hardware); "
+                  f"checked for {result.platform}")
+    lines = [f"{result.status.upper()}: {result.target} ({where})",
              f"model: {result.model} · turns: {result.turns} · tokens: {result.tokens.total}"
              f" · {result.seconds:.1f} s"]
     if result.verify is not None and result.verify.trials:

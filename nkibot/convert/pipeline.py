@@ -40,11 +40,11 @@ def kernel_path(task: Task) -> str:
 
 
 def _failed(task: Task, target: str, started: float, reason: str, *, backend: str = "none",
-            hardware: bool = False, model: str = "none", status: Status = "failed"
-            ) -> ConversionResult:
+            hardware: bool = False, model: str = "none", status: Status = "failed",
+            platform: str = "trn1") -> ConversionResult:
     return ConversionResult(status=status, target=target, backend=backend, hardware=hardware,
                             model=model, seconds=round(time.monotonic() - started, 3),
-                            reasons=[reason])
+                            reasons=[reason], platform=platform)
 
 
 async def convert(
@@ -68,19 +68,6 @@ async def convert(
     `platform` is the Trainium generation (trn1/trn2/trn3) the kernel is checked for; the
     result names it.
     """
-    result = await _convert(task, settings=settings, model=model, backend=backend, turns=turns,
-                            on_turn=on_turn, should_stop=should_stop, target=target,
-                            on_stage=on_stage, bedrock_available=bedrock_available,
-                            core_id=core_id, platform=platform)
-    # Every result names the generation it was checked for, failures included.
-    return result.model_copy(update={"platform": platform})
-
-
-async def _convert(task: Task, *, settings: Settings, model: str, backend: str,
-                   turns: int | None, on_turn: Callable[[TurnRecord], None] | None,
-                   should_stop: Callable[[], bool] | None, target: str | None,
-                   on_stage: Stage | None, bedrock_available: bool | None,
-                   core_id: int | None, platform: str) -> ConversionResult:
     from nkibot.backends.select import select_backend
 
     started = time.monotonic()
@@ -88,22 +75,29 @@ async def _convert(task: Task, *, settings: Settings, model: str, backend: str,
     stage = on_stage or (lambda _s: None)
     stage("backend")
     if backend not in ("auto", "sim", "neuron"):
-        return _failed(task, name, started, f"unknown backend {backend!r}: use auto, sim or neuron")
+        return _failed(task, name, started, f"unknown backend {backend!r}: use auto, sim or "
+                       "neuron", platform=platform)
     try:
         kb: KernelBackend = select_backend(
             backend, core_id=core_id,  # type: ignore[arg-type]
             compile_timeout_s=settings.compile_timeout_s, platform=platform)
     except Exception as exc:  # a missing device or SDK is a user-level failure
-        return _failed(task, name, started, f"kernel backend {backend!r} unavailable: {exc}")
+        return _failed(task, name, started, f"kernel backend {backend!r} unavailable: {exc}",
+                       platform=platform)
+    # Every result names the generation it was checked for; both backends carry it (on
+    # hardware it is the device's own).
+    checked = str(getattr(kb, "platform", platform))
     try:
         router = make_router(model, settings, bedrock_available)
     except RouterError as exc:
-        return _failed(task, name, started, str(exc), backend=kb.name, hardware=kb.is_hardware)
+        return _failed(task, name, started, str(exc), backend=kb.name, hardware=kb.is_hardware,
+                       platform=checked)
     try:
-        return await _run(task, name, kb, router, started, stage, settings=settings,
-                          turns=turns, on_turn=on_turn, should_stop=should_stop)
+        result = await _run(task, name, kb, router, started, stage, settings=settings,
+                            turns=turns, on_turn=on_turn, should_stop=should_stop)
     finally:
         await router.aclose()
+    return result.model_copy(update={"platform": checked})
 
 
 async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started: float,

@@ -103,6 +103,7 @@ def test_file_text(result: ConversionResult, *, kernel_module: str, reference_pa
         "KERNEL_FUNCTION": repr(result.kernel.function), "INIT_ARGS": repr(init_args or []),
         "INPUTS": repr(inputs), "STATE_KEYS": repr(state_keys),
         "ATOL": repr(atol), "RTOL": repr(rtol), "CONVENTION": result.calling_convention,
+        "PLATFORM": repr(result.platform),
     }
     text = TEMPLATE
     for key, value in values.items():

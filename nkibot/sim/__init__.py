@@ -10,8 +10,11 @@ Usage::
         out = nki.simulate(mod.kernel)(a, b)   # or mod.kernel(a, b); mod.kernel[2](a, b)
     stats()  # counters of the last launch
 
-`activate(force=False, target="trn1")` leaves a real installed `nki` alone unless
-`force=True`; our modules carry `__nkibot_sim__ = True`. Inputs are NumPy arrays (bf16/fp8
+`activate(force=False, target=None)` leaves a real installed `nki` alone unless
+`force=True`; our modules carry `__nkibot_sim__ = True`. Generation: `target=` (trn1,
+trn2, trn3), else NEURON_PLATFORM_TARGET_OVERRIDE as the official simulator reads it
+(trn1|inf2|gen2, trn2|gen3, trn3|gen4), else trn3; the rules per generation, each with
+its documentation line, are in `targets.py` (docs/generations.md). Inputs are NumPy arrays (bf16/fp8
 as ml_dtypes arrays); float64 is refused (rule `float64-input`). Inputs a kernel writes are
 updated in place. Results come back as NumPy arrays (a tuple for a tuple). `kernel[2]`
 runs two logical cores serially, `nl.program_id(0)` in {0, 1}; `shared_hbm` outputs are
@@ -23,7 +26,7 @@ destination dtype on write (ml_dtypes, nearest even). New allocations hold NaN (
 `accumulate=True` adds (only onto matmul-written PSUM), `accumulate=None` infers per
 element; reading PSUM out with another engine ends the group. A group's matmuls run as one
 GEMM when the result is first needed (fp32 summation order may differ from eager tiles,
-as on hardware). Live SBUF over 192 KiB or
+as on hardware). Live SBUF over 192/224/256 KiB (trn1/trn2/trn3) or
 PSUM over 16 KiB (8 x 2 KiB banks) per partition is refused; an allocation is live while a
 view of it is referenced (tiles allocated in a loop body recycle each iteration).
 
