@@ -96,8 +96,7 @@ class SimBackend:
         if self._skip_static:
             return []
         return [Diagnostic(rule=f"static:{f.rule}", message=f.reason, file=self.kernel_file,
-                           line=f.line, fix="kernels may use only nki, numpy and math, and "
-                           "compute outputs from their inputs") for f in static_findings(src)]
+                           line=f.line, fix=f.fix or None) for f in static_findings(src)]
 
     def _run(self, src: str, function: str, request: dict[str, Any], timeout_s: float,
              out_dir: Path) -> HarnessReply:

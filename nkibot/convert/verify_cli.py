@@ -59,7 +59,8 @@ def static_rejection(src: str, target: str, kernel_path: str, function: str,
     compiled = CompileResult(ok=False, backend=backend, compiler="nkibot static check",
                              log="\n".join(f.reason for f in findings), diagnostics=[
                                  Diagnostic(rule=f"static:{f.rule}", message=f.reason,
-                                            file=Path(kernel_path).name, line=f.line)
+                                            file=Path(kernel_path).name, line=f.line,
+                                            fix=f.fix or None)
                                  for f in findings])
     return ConversionResult(
         status="failed", target=target, backend=backend, hardware=backend == "neuron",
