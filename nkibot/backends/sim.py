@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nkibot.redact import redact_model
 from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
 from nkibot.task import Task, describe_kernel_args
 from nkibot.verify.guards import jit_functions, static_findings
@@ -112,7 +113,18 @@ class SimBackend:
         return {"random": {"seed": 0, "specs": [a.model_dump() for a in args]},
                 "arg_names": [a.name for a in args]}
 
+    # Results carry user code's exception text and stderr back to the model and, through
+    # the verdict, to check runs: a secret in them never comes back verbatim.
     def compile(self, src: str, task: Task) -> CompileResult:
+        return redact_model(self._compile(src, task))
+
+    def verify(self, src: str, task: Task, reference: object) -> VerifyResult:
+        return redact_model(self._verify(src, task, reference))
+
+    def profile(self, src: str, task: Task) -> ProfileResult:
+        return redact_model(self._profile(src, task))
+
+    def _compile(self, src: str, task: Task) -> CompileResult:
         started = time.monotonic()
         static = self._static(src)
         if static:
@@ -146,7 +158,7 @@ class SimBackend:
         return CompileResult(ok=True, seconds=seconds, backend=self.name, compiler=compiler,
                              log=f"traced {function} on {compiler}; output shapes {shapes}")
 
-    def verify(self, src: str, task: Task, reference: object) -> VerifyResult:
+    def _verify(self, src: str, task: Task, reference: object) -> VerifyResult:
         if not isinstance(reference, ReferenceSet):
             raise TypeError("SimBackend.verify needs the ReferenceSet from compute_reference")
         started = time.monotonic()
@@ -195,7 +207,7 @@ class SimBackend:
         return VerifyResult(passed=passed, trials=verdict.trials, reasons=reasons,
                             diagnostics=diagnostics, log=log)
 
-    def profile(self, src: str, task: Task) -> ProfileResult:
+    def _profile(self, src: str, task: Task) -> ProfileResult:
         try:
             function = resolve_function(src, self.function)
         except KernelSourceError as exc:

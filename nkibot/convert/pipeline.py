@@ -21,6 +21,7 @@ from nkibot.convert.agent.prompts import kernel_function_name, snake_case
 from nkibot.convert.agent.tools import kernel_function
 from nkibot.convert.models.base import ModelBackend
 from nkibot.convert.models.router import Router, RouterError, build_router
+from nkibot.redact import redact_model
 from nkibot.results import (
     ConversionResult,
     KernelArg,
@@ -118,8 +119,10 @@ async def convert(
     except RouterError as exc:
         return _failed(task, name, started, str(exc), backend=kb.name, hardware=kb.is_hardware)
     try:
-        return await _run(task, name, kb, router, started, stage, settings=settings,
-                          turns=turns, on_turn=on_turn, should_stop=should_stop)
+        # The verdict carries user code's exception text: no secret in it leaves verbatim.
+        return redact_model(await _run(task, name, kb, router, started, stage,
+                                       settings=settings, turns=turns, on_turn=on_turn,
+                                       should_stop=should_stop))
     finally:
         await router.aclose()
 

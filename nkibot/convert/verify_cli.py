@@ -174,6 +174,9 @@ def verify(
 
 
 def _emit(result: ConversionResult, json_output: bool) -> None:
+    from nkibot.redact import redact_model
+
+    result = redact_model(result)  # the verdict carries user code's messages
     if json_output:
         typer.echo(result.model_dump_json(indent=2))
     else:
