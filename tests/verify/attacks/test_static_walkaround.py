@@ -37,7 +37,7 @@ ATTACKS = {
     "alias-import": ("import numpy as xp\n\n\n@nki.jit\ndef relu_kernel(x):\n"
                      "    return xp.load('/tmp/expected.npy')\n", "static:numpy-name xp.load"),
     "ctypeslib-libc": ("@nki.jit\ndef relu_kernel(x):\n"
-                       "    libc = np.ctypeslib.load_library('libc.so.6', '/lib/x86_64-linux-gnu')\n"
+                       "    libc = np.ctypeslib.load_library('libc.so.6', '/lib')\n"
                        + RELU, "static:numpy-name np.ctypeslib"),
     "import-torch": ("import torch\n\n\n@nki.jit\ndef relu_kernel(x):\n"
                      "    return torch.relu(x)\n", "static:import-not-allowed torch"),
@@ -55,7 +55,8 @@ ATTACKS = {
     "simulator-helper-module": ("@nki.jit\ndef relu_kernel(x):\n"
                                 "    os = nl.math.np.f2py.os\n" + RELU, "static:nki-name nl.math"),
     "isa-submodule": ("@nki.jit\ndef relu_kernel(x):\n"
-                      "    sys = nisa.compute.np.f2py.sys\n" + RELU, "static:nki-name nisa.compute"),
+                      "    sys = nisa.compute.np.f2py.sys\n" + RELU,
+                      "static:nki-name nisa.compute"),
     "vars-lookup": ("@nki.jit\ndef relu_kernel(x):\n    f2py = vars(np)['f2py']\n" + RELU,
                     "static:dynamic-access vars"),
     "dunder-dict": ("@nki.jit\ndef relu_kernel(x):\n    f2py = np.__dict__['f2py']\n" + RELU,
