@@ -20,6 +20,7 @@ from nkibot.convert.agent.loop import LoopOutcome, run_loop
 from nkibot.convert.agent.prompts import kernel_function_name, snake_case
 from nkibot.convert.agent.tools import kernel_function
 from nkibot.convert.models.router import Router, RouterError, make_router
+from nkibot.redact import redact_model
 from nkibot.results import (
     ConversionResult,
     KernelArg,
@@ -97,7 +98,8 @@ async def convert(
                             turns=turns, on_turn=on_turn, should_stop=should_stop)
     finally:
         await router.aclose()
-    return result.model_copy(update={"platform": checked})
+    # The verdict carries user code's exception text: no secret in it leaves verbatim.
+    return redact_model(result.model_copy(update={"platform": checked}))
 
 
 async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started: float,

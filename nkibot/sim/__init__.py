@@ -91,7 +91,10 @@ nisa (nki.isa), dst first, `op`s are nl functions or numpy ufuncs:
                 cmp_op=nl.equal, offset=0)
   tensor_copy_predicated(dst, src, predicate, reverse_pred=False) bn_stats(dst, data)
   bn_aggr(dst, data) exponential(...) (Trn3 only) get_nc_version()
-  enums engine, reduce_cmd, dge_mode, oob_mode, nc_version, matmul_perf_mode
+  enums engine, reduce_cmd, dge_mode, oob_mode, nc_version, matmul_perf_mode, dma_engine
+  ... and every other function of the official nki.isa / nki.language API (scans, selects,
+  top-k, gathers, RNG, registers and nl.fori_loop / nl.while_loop, MX, indirect access
+  through .ap(scalar_offset=, vector_offset=)): see docs/simulator.md.
 """
 
 from __future__ import annotations

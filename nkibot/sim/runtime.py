@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from nkibot.sim import dtypes, isa, language, targets
+from nkibot.sim import typing as sim_typing
 from nkibot.sim.alloc import wrap
 from nkibot.sim.errors import KernelError, SimError, fail
 from nkibot.sim.state import LAST, LOCAL, RunState
@@ -44,16 +45,37 @@ def launch_target() -> str:
 class Kernel:
     """A `@nki.jit` kernel; calling it with NumPy arrays runs it on the simulator."""
 
-    def __init__(self, fn: Callable[..., Any], lnc: int = 1) -> None:
+    def __init__(self, fn: Callable[..., Any], lnc: int = 1,
+                 schedule: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> None:
         self.fn = fn
         self.lnc = lnc
+        #: Extra dependency edges (instruction, instructions it waits for); see with_schedule.
+        self.schedule = schedule
         functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid: Any) -> Kernel:
         n = grid if isinstance(grid, int) else int(np.prod(grid))
         if n not in (1, 2):
             raise fail("unsupported", f"launch grid {grid!r}: only LNC 1 or 2 is simulated")
-        return Kernel(self.fn, n)
+        return Kernel(self.fn, n, self.schedule)
+
+    def with_schedule(self, edges: Any) -> Kernel:
+        """This kernel with extra dependency edges: pairs (name, name or [names]).
+
+        The simulator issues instructions in program order, which honours any edge set
+        that agrees with the data flow, so the edges are checked and kept, not enforced.
+        """
+        parsed: list[tuple[str, tuple[str, ...]]] = []
+        for edge in edges:
+            if not isinstance(edge, tuple | list) or len(edge) != 2 or not isinstance(
+                    edge[0], str):
+                raise fail("unsupported", f"with_schedule: edge {edge!r} must be a pair "
+                                          "(name, name or list of names)")
+            deps = (edge[1],) if isinstance(edge[1], str) else tuple(edge[1])
+            if not all(isinstance(d, str) for d in deps):
+                raise fail("unsupported", f"with_schedule: edge {edge!r} names a non-string")
+            parsed.append((edge[0], deps))
+        return Kernel(self.fn, self.lnc, self.schedule + tuple(parsed))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if LOCAL.depth:
@@ -61,7 +83,7 @@ class Kernel:
         return run(self.fn, args, kwargs, self.lnc)
 
 
-def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+def jit(fn: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """`@nki.jit` or `@nki.jit(...)`: options (mode, platform_target, ...) are accepted."""
     if fn is None:
         return lambda f: Kernel(f)
@@ -91,19 +113,25 @@ def _to_tensor(arg: Any, buffer: MemoryRegion, index: int) -> Any:
     return wrap(arr, buffer, f"arg{index}")
 
 
-def _to_numpy(result: Any, state: RunState, where: str = "result") -> Any:
+def _to_numpy(result: Any, state: RunState, where: str = "result",
+              written: tuple[Any, ...] = ()) -> Any:
     """The kernel's results as NumPy arrays: each a shared_hbm tensor of this launch.
 
     On hardware only the kernel's own HBM outputs come back to the host; an input, an
     on-chip tile or a host value cannot be a result (`result-illegal`).
     """
     if isinstance(result, tuple | list):
-        return tuple(_to_numpy(r, state, f"{where}[{i}]") for i, r in enumerate(result))
+        return tuple(_to_numpy(r, state, f"{where}[{i}]", written)
+                     for i, r in enumerate(result))
     if result is None:
         return None
     if not isinstance(result, NkiTensor):
         raise fail("result-illegal", f"kernel {where} is a {type(result).__name__}; a kernel "
                                      "returns the shared_hbm tensors it allocated")
+    if any(handle(result).alloc is handle(t).alloc for t in written):
+        # An output argument the kernel wrote into (nisa.dma_copy's own scatter example
+        # returns its `output` parameter): the caller's array, updated in place.
+        return np.array(values(result))
     if handle(result).alloc.launch is not state:
         raise fail("result-illegal", f"kernel {where} {result.describe()} was not allocated "
                                      "by this launch (an input or a leftover tensor)")
@@ -138,7 +166,9 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     finally:
         LOCAL.depth -= 1
         LOCAL.state = RunState(1, target)
-    return _to_numpy(results[0], state)
+    written = tuple(t for t in (*tensors, *targs.values())
+                    if isinstance(t, NkiTensor) and handle(t).alloc.written)
+    return _to_numpy(results[0], state, written=written)
 
 
 def stats() -> dict[str, Any]:
@@ -150,7 +180,7 @@ def _module() -> types.ModuleType:
     mod = types.ModuleType("nki", "nkibot's NKI CPU simulator standing in for `nki`.")
     mod.__path__ = []
     mod.__dict__.update(jit=jit, simulate=simulate, language=language, isa=isa,
-                        __nkibot_sim__=True, __version__="0.4.0+nkibot.sim")
+                        typing=sim_typing, __nkibot_sim__=True, __version__="0.4.0+nkibot.sim")
     return mod
 
 
@@ -186,7 +216,8 @@ def activate(force: bool = False,
     saved_target = _TARGET[0]
     for k in saved:
         del sys.modules[k]
-    sys.modules.update({"nki": NKI, "nki.language": language, "nki.isa": isa})
+    sys.modules.update({"nki": NKI, "nki.language": language, "nki.isa": isa,
+                        "nki.typing": sim_typing})
     _TARGET[0] = chosen
     LOCAL.state = RunState(1, chosen or _default_or_trn1())
     try:
