@@ -190,11 +190,16 @@ def _platform(requested: str | None) -> str:
         raise typer.BadParameter(str(exc), param_hint="--target") from exc
 
 
-def _emit(result: ConversionResult, json_output: bool, platform: str) -> None:
+def published(result: ConversionResult, platform: str) -> ConversionResult:
+    """The verdict as it leaves: naming its generation, and redacted (it carries user
+    code's messages, so no secret in them leaves verbatim)."""
     from nkibot.redact import redact_model
 
-    # The verdict carries user code's messages: no secret in them leaves verbatim.
-    result = redact_model(result.model_copy(update={"platform": platform}))
+    return redact_model(result.model_copy(update={"platform": platform}))
+
+
+def _emit(result: ConversionResult, json_output: bool, platform: str) -> None:
+    result = published(result, platform)
     if json_output:
         typer.echo(result.model_dump_json(indent=2))
     else:

@@ -20,7 +20,7 @@ def mcp(
     from nkibot.config.settings import Settings
     from nkibot.logging import configure
     from nkibot.mcp.server import build_server
-    from nkibot.mcp.tools import Tools
+    from nkibot.mcp.tools import Tools, checked_generation
     from nkibot.mcp.workspace import ToolInputError, Workspace
 
     # stdout is the protocol: logs go to stderr, warnings only.
@@ -30,7 +30,13 @@ def mcp(
     except ToolInputError as exc:
         typer.echo(f"nkibot mcp: {exc}", err=True)
         raise typer.Exit(2) from exc
-    server = build_server(Tools(workspace=workspace, settings=Settings()))
+    settings = Settings()
+    try:
+        platform = checked_generation(None, settings.target)
+    except ToolInputError as exc:
+        typer.echo(f"nkibot mcp: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    server = build_server(Tools(workspace=workspace, settings=settings, platform=platform))
     if http is None:
         server.run("stdio")
     else:

@@ -120,15 +120,15 @@ def _register_convert(server: MCPServer, tools: Tools) -> None:
                       ) -> dict[str, Any]:
         """Run the whole conversion pipeline; progress is reported per turn."""
         try:
-            checked_generation(target_generation)
+            platform = checked_generation(target_generation, tools.settings.target)
         except ToolInputError as exc:
             raise ToolError(str(exc)) from exc
         task = await _in_thread(functools.partial(tools.task, target, shapes, turns))
-        return await _convert(tools, ctx, task, target, model, turns)
+        return await _convert(tools, ctx, task, target, model, turns, platform)
 
 
 async def _convert(tools: Tools, ctx: Context, task: Any, target: str, model: str,
-                   turns: int | None) -> dict[str, Any]:
+                   turns: int | None, platform: str) -> dict[str, Any]:
     from nkibot.convert.pipeline import convert as run_pipeline
     from nkibot.results import TurnRecord
 
@@ -143,7 +143,8 @@ async def _convert(tools: Tools, ctx: Context, task: Any, target: str, model: st
 
     try:
         result = await run_pipeline(task, settings=tools.settings, model=model, turns=turns,
-                                    on_turn=on_turn, should_stop=lambda: stop, target=target)
+                                    on_turn=on_turn, should_stop=lambda: stop, target=target,
+                                    platform=platform)
     except asyncio.CancelledError:
         stop = True  # the loop's worker threads see it at their next turn boundary
         raise

@@ -25,7 +25,6 @@ from nkibot.task import Task
 
 #: Source size an IDE agent may send (a kernel file, not a repository).
 MAX_CODE_BYTES = 512 * 1024
-GENERATIONS = ("trn1", "trn2", "trn3")
 
 
 @dataclass
@@ -34,6 +33,8 @@ class Tools:
 
     workspace: Workspace
     settings: Settings
+    #: The Trainium generation kernels are checked for (the host's, unless a call says).
+    platform: str = "trn1"
     backend_factory: Callable[[str | None], KernelBackend] | None = None
     _tasks: dict[tuple[str, tuple[str, ...]], Task] = field(default_factory=dict)
 
@@ -70,10 +71,11 @@ class Tools:
         from nkibot.backends.select import select_backend
 
         if function is None:
-            return select_backend("auto", compile_timeout_s=self.settings.compile_timeout_s)
+            return select_backend("auto", compile_timeout_s=self.settings.compile_timeout_s,
+                                  platform=self.platform)
         from nkibot.backends.sim import SimBackend
 
-        return SimBackend(function=function)
+        return SimBackend(function=function, platform=self.platform)
 
     # --- tools ----------------------------------------------------------------------
     def discover(self, path: str) -> dict[str, Any]:
@@ -97,7 +99,7 @@ class Tools:
     def verify(self, code: str, target: str, trials: int = 5,
                shapes: list[str] | None = None) -> dict[str, Any]:
         from nkibot.backends.sim import KernelSourceError, resolve_function
-        from nkibot.convert.verify_cli import check_kernel, static_rejection
+        from nkibot.convert.verify_cli import check_kernel, published, static_rejection
 
         if not 1 <= trials <= 50:
             raise ToolInputError(f"trials must be between 1 and 50, got {trials}")
@@ -108,10 +110,10 @@ class Tools:
             raise ToolInputError(str(exc)) from exc
         backend = self.backend(function)
         static = static_rejection(src, target, "kernel.py", function, backend.name)
-        if static is not None:
-            return static.model_dump(mode="json")
-        task = self.task(target, shapes).model_copy(update={"seeds": list(range(trials))})
-        return check_kernel(task, src, "kernel.py", backend, function).model_dump(mode="json")
+        if static is None:
+            task = self.task(target, shapes).model_copy(update={"seeds": list(range(trials))})
+            static = check_kernel(task, src, "kernel.py", backend, function)
+        return published(static, self.platform).model_dump(mode="json")
 
     def profile(self, code: str, target: str, shapes: list[str] | None = None
                 ) -> dict[str, Any]:
@@ -119,7 +121,8 @@ class Tools:
         backend = self.backend()
         result = backend.profile(src, self.task(target, shapes))
         where = "hardware measurement" if result.hardware else "simulator estimate"
-        return {"source": where, "backend": backend.name, **result.model_dump(mode="json")}
+        return {"source": where, "backend": backend.name, "platform": self.platform,
+                **result.model_dump(mode="json")}
 
     def simulate(self, code: str, inputs: list[str] | None = None,
                  shapes: list[str] | None = None, seed: int = 0,
@@ -128,10 +131,10 @@ class Tools:
 
         src = checked_code(code)
         arrays, names = self._inputs(inputs, shapes, seed)
-        run = SimBackend().simulate(src, arrays, names)
+        run = SimBackend(platform=self.platform).simulate(src, arrays, names)
         if run.error is not None:
             return {"ok": False, "error": run.error, "line": run.line,
-                    "simulator": run.simulator}
+                    "simulator": run.simulator, "platform": self.platform}
         written: list[str] = []
         if out_dir is not None:
             folder = self.workspace.resolve(out_dir, what="out_dir", must_exist=False)
@@ -139,7 +142,8 @@ class Tools:
             for i, out in enumerate(run.outputs):
                 np.save(folder / f"output{i}.npy", out)
                 written.append(self.workspace.relative(folder / f"output{i}.npy"))
-        return {"ok": True, "simulator": run.simulator, "stats": run.stats,
+        return {"ok": True, "simulator": run.simulator, "platform": self.platform,
+                "stats": run.stats,
                 "outputs": [output_stats(o) for o in run.outputs], "written": written}
 
     def _inputs(self, inputs: list[str] | None, shapes: list[str] | None, seed: int
@@ -211,10 +215,15 @@ def checked_code(code: str) -> str:
     return code if code.endswith("\n") else code + "\n"
 
 
-def checked_generation(value: str | None) -> str | None:
-    if value is not None and value not in GENERATIONS:
-        raise ToolInputError(f"target_generation {value!r} is not one of {', '.join(GENERATIONS)}")
-    return value
+def checked_generation(requested: str | None, setting: str | None) -> str:
+    """The generation to check for: the call's, else the setting's, else the host's."""
+    from nkibot.backends.select import host_platform
+    from nkibot.config.platform import PlatformError
+
+    try:
+        return host_platform(requested, setting)
+    except PlatformError as exc:
+        raise ToolInputError(f"target_generation: {exc}") from exc
 
 
 def output_stats(array: np.ndarray[Any, Any]) -> dict[str, Any]:

@@ -109,9 +109,10 @@ class TestLocalFlow:
             assert entry["shapes_from"] == "get_inputs"
 
             result = payload(await client.call_tool(
-                "convert", {"target": RMSNORM, "model": "lowering"},
+                "convert", {"target": RMSNORM, "model": "lowering", "target_generation": "trn3"},
                 progress_callback=on_progress))
             assert result["status"] == "verified", result["reasons"]
+            assert result["platform"] == "trn3"
             assert result["hardware"] is False
             assert progress and progress[0][0] == 1.0 and "verified" in (progress[-1][2] or "")
 
@@ -119,6 +120,7 @@ class TestLocalFlow:
             verified = payload(await client.call_tool(
                 "verify", {"code": code, "target": RMSNORM, "trials": 2}))
             assert verified["status"] == "verified"
+            assert verified["platform"] == "trn1"  # the host's default: no device here
             assert len({t["seed"] for t in verified["verify"]["trials"]}) >= 2
 
             profiled = payload(await client.call_tool(
