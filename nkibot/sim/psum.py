@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from nkibot.sim.state import current
+
 if TYPE_CHECKING:
     from nkibot.sim.tensor import NkiTensor, _Allocation
 
@@ -34,6 +36,8 @@ class Group:
         self.key = key
 
     def run(self) -> None:
+        if not current().numerics:
+            return  # the cost model's cost-only mode: these values are never observed
         if len(self.pairs) == 1:
             product = self.pairs[0][0].T @ self.pairs[0][1]
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from nkibot.sim.errors import SimError, fail
+from nkibot.sim.issue import instrument
 from nkibot.sim.isa.compute import (
     activation,
     activation_reduce,
@@ -68,3 +69,7 @@ __all__ = [
     "tensor_copy_predicated", "tensor_engine", "tensor_reduce", "tensor_scalar",
     "tensor_tensor", "unknown_engine", "vector_engine",
 ]
+
+
+# Every public instruction reports its operands to the cost model (see issue.py).
+instrument(globals(), __all__)

@@ -21,6 +21,7 @@ from nkibot.sim.dtypes import (
     uint32,
 )
 from nkibot.sim.errors import fail
+from nkibot.sim.issue import instrument
 from nkibot.sim.language.core import (
     affine_range,
     device_print,
@@ -164,3 +165,7 @@ __all__ = [
     "store", "subtract", "sum", "tan", "tanh", "tfloat32", "tile_size", "transpose", "trunc",
     "uint8", "uint16", "uint32", "var", "where", "zeros", "zeros_like",
 ]
+
+
+# Every public instruction reports its operands to the cost model (see issue.py).
+instrument(globals(), __all__)

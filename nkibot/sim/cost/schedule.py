@@ -1,0 +1,197 @@
+"""The recorder: one timeline per engine and per DMA queue, ordered by tile dependencies.
+
+Each engine runs its instructions in program order (its own sequencer, ARCH1:54); an
+instruction also waits for the tiles it reads to be written (RAW) and for earlier
+readers and writers of the tiles it writes (WAR/WAW), as the hardware semaphores do.
+Tiles are tracked per allocation as partition x byte ranges, so two instructions on
+disjoint slices of one tile do not wait for each other. Allocations are never reused
+(no WAR through a recycled buffer): the model assumes the compiler's buffering.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from nkibot.sim.cost import constants as C
+from nkibot.sim.cost import model as M
+from nkibot.sim.tensor import MemoryRegion, NkiTensor
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+_MAX_ENTRIES = 64
+Region = tuple[int, int, int, int]
+
+
+def _region(t: NkiTensor) -> Region:
+    """(p0, p1, b0, b1): partitions and bytes within a partition (HBM: one 'partition')."""
+    arr = t._arr
+    base = t._alloc.base
+    off = arr.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    span = arr.itemsize
+    for s, st in zip(arr.shape[1:], arr.strides[1:], strict=False):
+        span += (s - 1) * abs(st)
+    if t.buffer in M.ON_CHIP and arr.ndim and base.ndim and arr.strides[0] == base.strides[0]:
+        row = base.strides[0] or 1
+        p0, b0 = divmod(off, row)
+        return p0, p0 + arr.shape[0], b0, b0 + span
+    if t.buffer in M.ON_CHIP:
+        return 0, 1 << 30, 0, 1 << 62
+    if arr.ndim:
+        span += (arr.shape[0] - 1) * abs(arr.strides[0])
+    return 0, 1, off, off + span
+
+
+class Recorder:
+    """Fed by the issue hook; `report()` turns what it saw into figures."""
+
+    def __init__(self, target: C.Target, knobs: M.Knobs | None = None) -> None:
+        self.target, self.knobs = target, knobs or M.Knobs()
+        self.depth = 0
+        self.cores = 1
+        self.free = dict.fromkeys(ENGINES + ("sbuf_port", "psum_port"), 0.0)
+        self.busy = dict.fromkeys(ENGINES + ("dma",), 0.0)
+        self.count_by = dict.fromkeys(ENGINES + ("dma",), 0)
+        self.queues = [0.0] * target.dma_queues
+        self.last: dict[str, int] = {}
+        self.tiles: dict[int, tuple[Any, list[list[Any]]]] = {}
+        self.path: list[tuple[str, float, float, int]] = []  # engine, start, end, pred
+        self.makespan = 0.0
+        self.dma_bytes = 0.0
+        self.dma_transfers = 0
+        self.dma_ideal_ns = 0.0
+        self.flops = {"bf16": 0.0, "fp32": 0.0}
+        self._op = ""
+        self._reads: list[NkiTensor] = []
+        self._writes: list[NkiTensor] = []
+        self._pending: list[tuple[str, int]] = []
+
+    def next_core(self) -> None:
+        """The next logical core (LNC2) starts at time 0 on its own engines and queues."""
+        self.cores += 1
+        self.free = dict.fromkeys(self.free, 0.0)
+        self.queues = [0.0] * self.target.dma_queues
+        self.last, self.tiles = {}, {}
+
+    # ---- the hook ---------------------------------------------------------------------
+    def begin(self, op: str, reads: list[tuple[str, NkiTensor]],
+              writes: list[tuple[str, NkiTensor]], kwargs: dict[str, Any]) -> None:
+        self.depth += 1
+        self._op = op
+        self._reads = [t for _, t in reads]
+        self._writes = [t for _, t in writes]
+        self._pending = []
+
+    def count(self, engine: str, elements: int) -> None:
+        if self.depth:
+            self._pending.append((engine, elements))
+        else:  # an instruction outside any traced call (tile[...] = x): no operands
+            self.issue(engine, "setitem", [], [])
+
+    def end(self, results: list[tuple[str, NkiTensor]]) -> None:
+        writes = self._writes + [t for _, t in results if t not in self._writes]
+        for engine, _ in self._pending:
+            self.issue(engine, self._op, self._reads, writes)
+        self._pending = []
+
+    # ---- scheduling -------------------------------------------------------------------
+    def _entries(self, t: NkiTensor) -> list[list[Any]]:
+        alloc = t._alloc
+        key = id(alloc)
+        got = self.tiles.get(key)
+        if got is None or got[0]() is not alloc:
+            got = (weakref.ref(alloc), [])
+            self.tiles[key] = got
+        return got[1]
+
+    def _ready(self, reads: list[NkiTensor], writes: list[NkiTensor]) -> tuple[float, int]:
+        ready, pred = 0.0, -1
+        for t, is_write in [(t, False) for t in reads] + [(t, True) for t in writes]:
+            p0, p1, b0, b1 = _region(t)
+            for e in self._entries(t):
+                if (is_write or e[4]) and e[0] < p1 and p0 < e[1] and e[2] < b1 and b0 < e[3]:
+                    if e[5] > ready:
+                        ready, pred = e[5], e[6]
+        return ready, pred
+
+    def _record(self, tiles: list[NkiTensor], is_write: bool, end: float, idx: int) -> None:
+        for t in tiles:
+            r = _region(t)
+            entries = self._entries(t)
+            if is_write:
+                entries[:] = [e for e in entries if not (r[0] <= e[0] and e[1] <= r[1]
+                                                         and r[2] <= e[2] and e[3] <= r[3])]
+            entries.append([*r, is_write, end, idx])
+            if len(entries) > _MAX_ENTRIES:
+                del entries[: _MAX_ENTRIES // 2]
+
+    def issue(self, engine: str, op: str, reads: list[NkiTensor],
+              writes: list[NkiTensor]) -> None:
+        ready, pred = self._ready(reads, writes)
+        if engine == "dma":
+            start, end = self._dma(ready, reads, writes)
+        else:
+            start, end, pred = self._compute(engine, op, ready, pred, reads, writes)
+        idx = len(self.path)
+        self.path.append((engine, start, end, pred))
+        self._record(reads, False, end, idx)
+        self._record(writes, True, end, idx)
+        self.makespan = max(self.makespan, end)
+
+    def _compute(self, engine: str, op: str, ready: float, pred: int, reads: list[NkiTensor],
+                 writes: list[NkiTensor]) -> tuple[float, float, int]:
+        t = self.target
+        if engine == "tensor":
+            dur, flops, fp32 = M.matmul(t, reads, writes, op)
+            self.flops["fp32" if fp32 else "bf16"] += flops
+            ports: tuple[str, ...] = ()
+        else:
+            dur = M.elementwise(t, engine, reads, writes, self.knobs)
+            ports = self._ports(engine, reads + writes)
+        prev = self.last.get(engine, -1)
+        if prev >= 0 and pred == prev and engine != "tensor":
+            ghz = {"vector": t.vector_ghz, "scalar": t.scalar_ghz}.get(engine, t.gpsimd_ghz)
+            dur += self.knobs.dependent_overhead / ghz  # ARCH1:403: no back-to-back overlap
+        start = ready
+        for r in (engine, *ports):
+            if self.free[r] > start:
+                start = self.free[r]
+                if r == engine:
+                    pred = prev
+        end = start + dur
+        for r in (engine, *ports):
+            self.free[r] = end
+        self.busy[engine] += dur
+        self.count_by[engine] += 1
+        self.last[engine] = len(self.path)
+        return start, end, pred
+
+    def _ports(self, engine: str, tiles: list[NkiTensor]) -> tuple[str, ...]:
+        if not self.target.shared_ports:
+            return ()
+        if engine == "gpsimd":
+            return ("sbuf_port",)  # ARCH1:764 VectorE and GpSimd cannot access SBUF together
+        if engine == "vector":
+            psum = any(x.buffer is MemoryRegion.psum for x in tiles)
+            return ("sbuf_port", "psum_port") if psum else ("sbuf_port",)
+        if engine == "scalar" and any(x.buffer is MemoryRegion.psum for x in tiles):
+            return ("psum_port",)  # ARCH1:765 VectorE and ScalarE cannot access PSUM together
+        return ()
+
+    def _dma(self, ready: float, reads: list[NkiTensor],
+             writes: list[NkiTensor]) -> tuple[float, float]:
+        t, k = self.target, self.knobs
+        nbytes, lanes, run = M.dma(t, reads, writes, k)
+        order = sorted(range(len(self.queues)), key=self.queues.__getitem__)[:lanes]
+        per = M.dma_queue_ns(t, nbytes / lanes, run, k)
+        start = max(ready, min(self.queues[q] for q in order))
+        end = start
+        for q in order:
+            q_end = max(ready, self.queues[q]) + per
+            self.queues[q] = q_end
+            end = max(end, q_end)
+        self.busy["dma"] += per * lanes / t.dma_queues
+        self.count_by["dma"] += 1
+        self.dma_bytes += nbytes
+        self.dma_transfers += 1
+        self.dma_ideal_ns += nbytes / (t.dma_queue_bw * t.dma_queues)
+        return start, end + k.dma_fixed_ns  # DMA:41 the fixed latency delays the consumer
