@@ -15,9 +15,9 @@ import numpy as np
 from nkibot.sim import dtypes, isa, language
 from nkibot.sim.alloc import wrap
 from nkibot.sim.errors import KernelError, SimError, fail
-from nkibot.sim.psum import settle
 from nkibot.sim.state import LAST, LOCAL, RunState
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion, values
+from nkibot.sim.tensor import NkiTensor
 
 _TARGET = ["trn1"]
 
@@ -74,8 +74,7 @@ def _to_tensor(arg: Any, buffer: MemoryRegion, index: int) -> Any:
 
 def _to_numpy(result: Any) -> Any:
     if isinstance(result, NkiTensor):
-        settle(result._alloc)
-        return np.array(result._arr)
+        return np.array(values(result))
     if isinstance(result, tuple | list):
         return tuple(_to_numpy(r) for r in result)
     return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nkibot.sim.cost import constants as C
+from nkibot.sim.storage import handle
 from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 PSUM = MemoryRegion.psum
@@ -36,7 +37,7 @@ def free_elems(t: NkiTensor) -> int:
 
 def _strided(t: NkiTensor) -> bool:
     """The most-minor free dim steps over more than 16 bytes (ARCH1:759-762)."""
-    arr = t._arr
+    arr = handle(t).arr
     if arr.ndim < 2 or arr.shape[-1] < 2:
         return False
     return abs(arr.strides[-1]) > C.STRIDE_BYTES
@@ -83,7 +84,7 @@ def elementwise(target: C.Target, engine: str, reads: list[NkiTensor],
 
 def contiguous_bytes(t: NkiTensor) -> int:
     """Bytes of the longest run that is contiguous in memory (per partition on chip)."""
-    arr = t._arr
+    arr = handle(t).arr
     item = arr.itemsize
     run = item
     start = 1 if t.buffer in ON_CHIP else 0

@@ -95,7 +95,7 @@ def build(rec: Recorder, hbm_bytes: int, cost_only: bool) -> CostReport:
     flops = rec.flops["bf16"] + rec.flops["fp32"]
     fl_ns = rec.flops["bf16"] / (t.bf16_tflops * 1e3) + rec.flops["fp32"] / (t.fp32_tflops * 1e3)
     crit = _critical(rec)
-    busy = {e: rec.busy[e] / rec.cores for e in ENGINES + ("dma",)}
+    busy = {e: rec.busy[e] / rec.cores for e in (*ENGINES, "dma")}
     critical = max(crit, key=crit.__getitem__) if crit else max(busy, key=busy.__getitem__)
     dma_busy = rec.busy["dma"] * t.dma_queues
     return CostReport(

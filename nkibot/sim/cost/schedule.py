@@ -15,6 +15,7 @@ from typing import Any
 
 from nkibot.sim.cost import constants as C
 from nkibot.sim.cost import model as M
+from nkibot.sim.storage import handle
 from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
@@ -24,8 +25,8 @@ Region = tuple[int, int, int, int]
 
 def _region(t: NkiTensor) -> Region:
     """(p0, p1, b0, b1): partitions and bytes within a partition (HBM: one 'partition')."""
-    arr = t._arr
-    base = t._alloc.base
+    arr = handle(t).arr
+    base = handle(t).alloc.base
     off = arr.__array_interface__["data"][0] - base.__array_interface__["data"][0]
     span = arr.itemsize
     for s, st in zip(arr.shape[1:], arr.strides[1:], strict=False):
@@ -48,9 +49,9 @@ class Recorder:
         self.target, self.knobs = target, knobs or M.Knobs()
         self.depth = 0
         self.cores = 1
-        self.free = dict.fromkeys(ENGINES + ("sbuf_port", "psum_port"), 0.0)
-        self.busy = dict.fromkeys(ENGINES + ("dma",), 0.0)
-        self.count_by = dict.fromkeys(ENGINES + ("dma",), 0)
+        self.free = dict.fromkeys((*ENGINES, "sbuf_port", "psum_port"), 0.0)
+        self.busy = dict.fromkeys((*ENGINES, "dma"), 0.0)
+        self.count_by = dict.fromkeys((*ENGINES, "dma"), 0)
         self.queues = [0.0] * target.dma_queues
         self.last: dict[str, int] = {}
         self.tiles: dict[int, tuple[Any, list[list[Any]]]] = {}
@@ -95,7 +96,7 @@ class Recorder:
 
     # ---- scheduling -------------------------------------------------------------------
     def _entries(self, t: NkiTensor) -> list[list[Any]]:
-        alloc = t._alloc
+        alloc = handle(t).alloc
         key = id(alloc)
         got = self.tiles.get(key)
         if got is None or got[0]() is not alloc:
@@ -108,9 +109,9 @@ class Recorder:
         for t, is_write in [(t, False) for t in reads] + [(t, True) for t in writes]:
             p0, p1, b0, b1 = _region(t)
             for e in self._entries(t):
-                if (is_write or e[4]) and e[0] < p1 and p0 < e[1] and e[2] < b1 and b0 < e[3]:
-                    if e[5] > ready:
-                        ready, pred = e[5], e[6]
+                if (e[5] > ready and (is_write or e[4]) and e[0] < p1 and p0 < e[1]
+                        and e[2] < b1 and b0 < e[3]):
+                    ready, pred = e[5], e[6]
         return ready, pred
 
     def _record(self, tiles: list[NkiTensor], is_write: bool, end: float, idx: int) -> None:

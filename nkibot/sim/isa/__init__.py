@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from nkibot.sim.errors import SimError, fail
-from nkibot.sim.issue import instrument
 from nkibot.sim.isa.compute import (
     activation,
     activation_reduce,
@@ -42,6 +41,7 @@ from nkibot.sim.isa.move import (
     tensor_copy_predicated,
 )
 from nkibot.sim.isa.tensor import nc_matmul, nc_transpose
+from nkibot.sim.issue import instrument
 from nkibot.sim.state import current
 
 __nkibot_sim__ = True

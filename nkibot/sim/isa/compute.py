@@ -13,6 +13,7 @@ from nkibot.sim.engines import (
     free_size,
     on_chip,
     read,
+    reduce_axes,
     same_elements,
     scalar_operand,
     write,
@@ -20,9 +21,9 @@ from nkibot.sim.engines import (
 from nkibot.sim.errors import fail
 from nkibot.sim.isa.enums import engine as _engine
 from nkibot.sim.isa.enums import reduce_cmd as _cmd
-from nkibot.sim.language.math import reduce_axes
 from nkibot.sim.state import current
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 Arr = np.ndarray[Any, Any]
 

@@ -9,20 +9,22 @@ import numpy as np
 from nkibot.sim import dtypes, ops
 from nkibot.sim.engines import (
     count,
+    dma,
     free_size,
     in_buffer,
     on_chip,
     read,
+    read_native,
     same_elements,
+    settled,
     tensor,
     write,
 )
 from nkibot.sim.errors import fail
 from nkibot.sim.isa.enums import engine as _engine
-from nkibot.sim.language.core import _dma
-from nkibot.sim.psum import settle
 from nkibot.sim.state import current
-from nkibot.sim.tensor import PMAX, MemoryRegion, NkiTensor
+from nkibot.sim.storage import PMAX, MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 _DMA_OK = (MemoryRegion.sbuf, MemoryRegion.private_hbm, MemoryRegion.shared_hbm)
 
@@ -40,7 +42,7 @@ def dma_copy(dst: NkiTensor, src: NkiTensor, priority: Any = None, oob_mode: Any
     if dst.size != src.size:
         raise fail("shape-mismatch", f"dma_copy: dst {dst.describe()} and src {src.describe()} "
                                      "hold different numbers of elements")
-    _dma(dst, src)
+    dma(dst, src)
 
 
 def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = None, name: Any = None) -> None:
@@ -55,7 +57,7 @@ def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = None, name: Any = 
         raise fail("arch-unsupported", "tensor_copy on the Scalar engine is not supported on "
                                        "NeuronCore-v2; use nisa.activation(op=nl.copy)")
     same = src.dtype == dst.dtype
-    write(dst, read(src, src._arr.dtype) if same else read(src), "tensor_copy")
+    write(dst, read_native(src) if same else read(src), "tensor_copy")
     count(eng, dst.size)
 
 
@@ -82,16 +84,15 @@ def tensor_copy_predicated(dst: NkiTensor, src: Any, predicate: NkiTensor,
         if src.dtype != dst.dtype:
             raise fail("dtype-illegal", f"{op}: src {src.describe()} and dst {dst.describe()} "
                                         "must share a dtype")
-        value = read(src, src._arr.dtype).reshape(dst.shape)
+        value = read_native(src).reshape(dst.shape)
     else:
         value = src
-    settle(dst._alloc)
-    write(dst, np.where(mask, value, dst._arr), op)
+    write(dst, np.where(mask, value, settled(dst)), op)
     count("vector", dst.size)
 
 
 def read_mask(predicate: NkiTensor, like: NkiTensor) -> np.ndarray[Any, Any]:
-    mask: np.ndarray[Any, Any] = (read(predicate, predicate._arr.dtype) != 0)
+    mask: np.ndarray[Any, Any] = (read_native(predicate) != 0)
     return mask.reshape(like.shape)
 
 

@@ -68,7 +68,8 @@ from nkibot.sim.language.math import (
     transpose,
     where,
 )
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 __nkibot_sim__ = True
 
