@@ -104,6 +104,10 @@ class RunState:
         #: False in the cost model's cost-only mode: matmul groups are not computed (the
         #: one O(K*M*N) numeric step); every other instruction still runs on NumPy.
         self.numerics = True
+        #: Bumped at every iteration of an `nl` loop; with `sites`, the allocation made at
+        #: a source line in an earlier iteration (see `alloc.supersede`).
+        self.loop_epoch = 0
+        self.sites: dict[tuple[str, int], tuple[int, Any]] = {}
 
     def count(self, engine: str, elements: int) -> None:
         c = self.counters
