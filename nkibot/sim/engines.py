@@ -15,6 +15,7 @@ import numpy as np
 
 from nkibot.sim import dtypes
 from nkibot.sim.errors import fail
+from nkibot.sim.indirect import scatter
 from nkibot.sim.state import current
 from nkibot.sim.storage import (
     ON_CHIP,
@@ -146,6 +147,8 @@ def write(dst: Stored, value: Any, op: str) -> None:
     if isinstance(value, np.ndarray) and value.shape != arr.shape:
         value = value.reshape(arr.shape)
     dtypes.write(arr, value, dst.dtype)
+    if type(h) is not Handle:  # an indirect (scatter) view writes through to storage
+        scatter(h)
     if h.state is not None:
         h.state[...] = PSUM_OTHER
 

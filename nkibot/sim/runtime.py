@@ -42,7 +42,7 @@ class Kernel:
         return run(self.fn, args, kwargs, self.lnc)
 
 
-def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+def jit(fn: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """`@nki.jit` or `@nki.jit(...)`: options (mode, platform_target, ...) are accepted."""
     if fn is None:
         return lambda f: Kernel(f)

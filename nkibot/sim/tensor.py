@@ -15,6 +15,15 @@ import numpy as np
 from nkibot.sim import dtypes
 from nkibot.sim.engines import assign
 from nkibot.sim.errors import fail
+from nkibot.sim.indirect import (
+    IndirectHandle,
+    dynamic_ap,
+    indirect,
+    rearrange_plan,
+    scalar_value,
+    vector_select,
+    view_offset,
+)
 from nkibot.sim.storage import PMAX, Handle, MemoryRegion, Stored, handle, values
 from nkibot.sim.views import access_pattern
 
@@ -179,7 +188,12 @@ class NkiTensor(Stored):
         key[dim] = slice(start, end, step)
         return self[tuple(key)]
 
-    def select(self, dim: int, index: int) -> NkiTensor:
+    def select(self, dim: int, index: Any) -> NkiTensor:
+        if not isinstance(index, int):  # a runtime index (a tensor or register)
+            if self.on_chip and dim == 0:
+                raise fail("view-illegal", "dynamic select on the partition dim of an "
+                                           "on-chip tensor")
+            index = scalar_value(index, "select")
         key: list[Any] = [slice(None)] * self.ndim
         key[dim] = index
         return self[tuple(key)]
@@ -196,9 +210,42 @@ class NkiTensor(Stored):
 
     def ap(self, pattern: Any, offset: int | None = None, scalar_offset: Any = None,
            vector_offset: Any = None, indirect_dim: int = 0, dtype: Any = None) -> NkiTensor:
-        if scalar_offset is not None or vector_offset is not None:
-            raise fail("unsupported", "indirect .ap(scalar_offset/vector_offset) access")
         dt = self.dtype if dtype is None else dtypes.normalize(dtype)
+        if scalar_offset is not None or vector_offset is not None:
+            h = dynamic_ap(self, pattern, offset, scalar_offset, vector_offset, indirect_dim, dt)
+            return NkiTensor(h, dt, self.buffer, self.name)
         arr, state = access_pattern(handle(self), self.on_chip, self.describe(), pattern,
                                     offset, dt)
         return self._derive(arr, state, dtype=dt)
+
+    # ---- access patterns (nki/deep-dives/nki-aps.rst) -----------------------------
+    @property
+    def offset(self) -> int:
+        """Element offset of this view from the start of its storage."""
+        return view_offset(self)
+
+    def get_pattern(self) -> list[list[int]]:
+        """The view as `[[stride, count], ...]`, one pair per dimension."""
+        return [[int(s), int(n)] for s, n in zip(self.strides, self.shape, strict=True)]
+
+    def is_contiguous(self) -> bool:
+        return bool(handle(self).arr.flags.c_contiguous)
+
+    def is_indirect(self) -> bool:
+        return isinstance(handle(self), IndirectHandle)
+
+    def rearrange(self, src_pattern: Any, dst_pattern: Any,
+                  fixed_sizes: dict[str, int] | None = None) -> NkiTensor:
+        """einops-style split / reorder / merge, as views."""
+        split, order, merged = rearrange_plan(self.shape, src_pattern, dst_pattern, fixed_sizes)
+        out = self.reshape(split).permute(order)
+        return out if merged == out.shape else out.reshape(merged)
+
+    def vector_select(self, dim: int, vector_offset: Any) -> NkiTensor:
+        """Partition p of the result reads index vector_offset[p] of dim 0 (a gather)."""
+        return NkiTensor(vector_select(self, dim, vector_offset), self.dtype, self.buffer,
+                         self.name)
+
+    def indirect(self, index: Any, num_elem: int | None = None) -> NkiTensor:
+        """Tensor indirection (Trn3): columns at the offsets held in `index`."""
+        return NkiTensor(indirect(self, index, num_elem), self.dtype, self.buffer, self.name)
