@@ -109,7 +109,20 @@ class ProfileResult(BaseModel):
     kernel_device_time: Latency | None = None
     #: Simulator instruction counts / DMA bytes, when the simulator ran it.
     sim_stats: dict[str, object] = Field(default_factory=dict)
+    #: The cost model's figures (`nkibot.sim.cost.CostReport.as_dict()`), each under its
+    #: "label": "model estimate (<target>), not a measurement". On hardware they stand
+    #: beside the measured p50/p99 (`model_ratio`), a calibration record of the model.
+    model: dict[str, object] = Field(default_factory=dict)
     log: str = ""
+
+    @property
+    def model_ratio(self) -> float | None:
+        """Modelled / measured device time (p50), when both exist."""
+        us = self.model.get("time_us")
+        lat = self.kernel_device_time or self.kernel
+        if not isinstance(us, int | float) or lat is None or not lat.p50_us:
+            return None
+        return float(us) / lat.p50_us
 
 
 class TokenUsage(BaseModel):
