@@ -69,7 +69,7 @@ DMA_FIXED_NS = Ranged(1300.0, 1300.0, 2000.0, "DMA:41")
 #: 256 B-2 KiB "improving but still below peak", < 256 B "a small fraction of peak". We
 #: read it as a per-descriptor cost `d`: efficiency = c / (c + d * bw) for a run of c
 #: bytes; the range keeps 2 KiB at 67-89 % and 256 B at 20-50 % of peak.
-DMA_DESCRIPTOR_NS = Ranged(30.0, 15.0, 60.0, "DMA:55-82")
+DMA_DESCRIPTOR_NS = Ranged(15.0, 15.0, 60.0, "DMA:55-82")
 
 TRN1 = Target(
     name="trn1",

@@ -31,6 +31,8 @@ class CostReport:
     roofline_ns: float
     roofline_bound: str  # "memory" or "compute"
     cost_only: bool = False
+    #: "engine:op" -> (instructions, busy ns), the heaviest first.
+    by_op: dict[str, tuple[int, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -71,6 +73,8 @@ class CostReport:
             "roofline_bound": self.roofline_bound,
             "roofline_fraction": round(self.roofline_fraction, 4),
             "cost_only": self.cost_only,
+            "top_ops": [{"op": k, "instructions": n, "busy_us": round(ns / 1000.0, 3)}
+                        for k, (n, ns) in list(self.by_op.items())[:6]],
         }
 
 
@@ -104,4 +108,6 @@ def build(rec: Recorder, hbm_bytes: int, cost_only: bool) -> CostReport:
         dma_bytes=int(rec.dma_bytes), dma_transfers=rec.dma_transfers,
         dma_efficiency=(rec.dma_ideal_ns * t.dma_queues / dma_busy) if dma_busy else 1.0,
         hbm_bytes=hbm_bytes, flops=flops, roofline_ns=max(mem_ns, fl_ns),
-        roofline_bound="compute" if fl_ns > mem_ns else "memory", cost_only=cost_only)
+        roofline_bound="compute" if fl_ns > mem_ns else "memory", cost_only=cost_only,
+        by_op={k: (int(v[0]), float(v[1])) for k, v in
+               sorted(rec.by_op.items(), key=lambda kv: -kv[1][1])})

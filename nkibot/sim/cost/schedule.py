@@ -61,6 +61,8 @@ class Recorder:
         self.dma_transfers = 0
         self.dma_ideal_ns = 0.0
         self.flops = {"bf16": 0.0, "fp32": 0.0}
+        #: "engine:op" -> [instructions, busy ns]: where each engine's time goes.
+        self.by_op: dict[str, list[Any]] = {}
         self._op = ""
         self._reads: list[NkiTensor] = []
         self._writes: list[NkiTensor] = []
@@ -128,6 +130,9 @@ class Recorder:
     def issue(self, engine: str, op: str, reads: list[NkiTensor],
               writes: list[NkiTensor]) -> None:
         ready, pred = self._ready(reads, writes)
+        if (op == "broadcast_to" and reads and writes
+                and writes[0].shape[0] > reads[0].shape[0]):
+            engine = "tensor"  # ARCH1:201-203: NKI broadcasts partitions with a matmul
         if engine == "dma":
             start, end = self._dma(ready, reads, writes)
         else:
@@ -163,6 +168,9 @@ class Recorder:
             self.free[r] = end
         self.busy[engine] += dur
         self.count_by[engine] += 1
+        got = self.by_op.setdefault(f"{engine}:{op}", [0, 0.0])
+        got[0] += 1
+        got[1] += dur
         self.last[engine] = len(self.path)
         return start, end, pred
 
