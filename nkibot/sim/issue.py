@@ -20,6 +20,12 @@ from nkibot.sim.state import LOCAL
 from nkibot.sim.tensor import NkiTensor
 
 _WRITTEN = ("dst", "reduce_res", "out")
+#: Public functions that issue no instruction: left unwrapped (no cost when the model is on).
+_NOT_INSTRUCTIONS = frozenset({
+    "affine_range", "sequential_range", "static_range", "dynamic_range", "ds", "ndarray",
+    "program_id", "num_programs", "program_ndim", "device_print", "no_reorder", "empty_like",
+    "is_hbm", "is_on_chip", "is_psum", "is_sbuf", "get_nc_version", "get_nc_sub_version",
+})
 
 
 def _written(param: str) -> bool:
@@ -41,26 +47,28 @@ def traced(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     except (TypeError, ValueError):  # builtins without a signature: all reads
         params = []
 
+    written = [_written(p) for p in params]
+
     @functools.wraps(fn)
     def issue(*args: Any, **kwargs: Any) -> Any:
         rec = LOCAL.state.cost
         if rec is None or rec.depth:
             return fn(*args, **kwargs)
-        reads: list[tuple[str, NkiTensor]] = []
-        writes: list[tuple[str, NkiTensor]] = []
+        reads: list[NkiTensor] = []
+        writes: list[NkiTensor] = []
+        n = len(written)
         for i, a in enumerate(args):
             if isinstance(a, NkiTensor):
-                role = params[i] if i < len(params) else f"arg{i}"
-                (writes if _written(role) else reads).append((role, a))
+                (writes if i < n and written[i] else reads).append(a)
         for role, a in kwargs.items():
             if isinstance(a, NkiTensor):
-                (writes if _written(role) else reads).append((role, a))
-        rec.begin(name, reads, writes, kwargs)
+                (writes if _written(role) else reads).append(a)
+        rec.begin(name, reads, writes)
         try:
             result = fn(*args, **kwargs)
         finally:
             rec.depth -= 1
-        rec.end([("result", t) for t in _tensors(result)])
+        rec.end(_tensors(result))
         return result
 
     return issue
@@ -70,7 +78,8 @@ def instrument(namespace: dict[str, Any], names: list[str]) -> None:
     """Replace each public function in `namespace` by its traced wrapper (once)."""
     for n in names:
         fn = namespace.get(n)
-        if inspect.isfunction(fn) and not getattr(fn, "__nkibot_traced__", False):
+        if (inspect.isfunction(fn) and n not in _NOT_INSTRUCTIONS
+                and not getattr(fn, "__nkibot_traced__", False)):
             wrapped = traced(n, fn)
             wrapped.__nkibot_traced__ = True  # type: ignore[attr-defined]
             namespace[n] = wrapped
