@@ -23,6 +23,7 @@ from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 _MAX_ENTRIES = 24
+_MAX_DMA_GAPS = 64
 Region = tuple[int, int, int, int]
 
 
@@ -90,7 +91,8 @@ class Recorder:
         self.free = dict.fromkeys((*ENGINES, "sbuf_port", "psum_port"), 0.0)
         self.busy = dict.fromkeys((*ENGINES, "dma"), 0.0)
         self.count_by = dict.fromkeys((*ENGINES, "dma"), 0)
-        self.queues = [0.0] * target.dma_queues
+        self.dma_busy: list[tuple[float, float]] = []  # sorted busy intervals of the pool
+        self.dma_floor = 0.0  # nothing is placed before this (older intervals dropped)
         self.last: dict[str, int] = {}
         self.tiles: dict[int, _Tile] = {}
         self.path: list[tuple[str, float, float, int]] = []  # engine, start, end, pred
@@ -110,7 +112,7 @@ class Recorder:
         """The next logical core (LNC2) starts at time 0 on its own engines and queues."""
         self.cores += 1
         self.free = dict.fromkeys(self.free, 0.0)
-        self.queues = [0.0] * self.target.dma_queues
+        self.dma_busy, self.dma_floor = [], 0.0
         self.last, self.tiles = {}, {}
 
     # ---- the hook ---------------------------------------------------------------------
@@ -238,20 +240,36 @@ class Recorder:
             return ("psum_port",)  # ARCH1:765 VectorE and ScalarE cannot access PSUM together
         return ()
 
+    def _dma_slot(self, ready: float, length: float) -> float:
+        """The earliest gap of `length` at or after `ready` in the DMA queues' busy time.
+
+        The 16 queues are one pool (a transfer spreads over min(P, 16) of them, taking
+        that share of the pool). A transfer may fill a gap left before a later-issued
+        one: the compiler orders independent DMAs of an affine loop freely.
+        """
+        busy = self.dma_busy
+        slot = max(ready, self.dma_floor)
+        at = len(busy)
+        for i, (s, e) in enumerate(busy):
+            if slot + length <= s:
+                at = i
+                break
+            if e > slot:
+                slot = e
+        busy.insert(at, (slot, slot + length))
+        if len(busy) > _MAX_DMA_GAPS:
+            self.dma_floor = max(self.dma_floor, busy[_MAX_DMA_GAPS // 2 - 1][1])
+            del busy[: _MAX_DMA_GAPS // 2]
+        return slot
+
     def _dma(self, ready: float, reads: list[NkiTensor],
              writes: list[NkiTensor]) -> tuple[float, float]:
         t, k = self.target, self.knobs
         nbytes, lanes, run = M.dma(t, reads, writes, k)
         per = M.dma_queue_ns(t, nbytes / lanes, run, k)
-        queues = self.queues
-        queues.sort()  # queues are interchangeable: the `lanes` earliest-free take it
-        start = queues[0] if queues[0] > ready else ready
-        end = start
-        for q in range(lanes):
-            q_end = (queues[q] if queues[q] > ready else ready) + per
-            queues[q] = q_end
-            if q_end > end:
-                end = q_end
+        occupancy = per * lanes / t.dma_queues
+        start = self._dma_slot(ready, occupancy)
+        end = max(start + occupancy, ready + per)
         self.busy["dma"] += per * lanes / t.dma_queues
         self.count_by["dma"] += 1
         self.dma_bytes += nbytes
