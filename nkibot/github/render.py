@@ -35,7 +35,9 @@ Conclusion = Literal["success", "failure", "neutral", "cancelled"]
 
 def conclusion(result: ConversionResult) -> Conclusion:
     if result.status == "verified":
-        return "success"
+        # A verified kernel that misses the repo's performance requirement is neutral.
+        unmet = result.requirements is not None and not result.requirements.met
+        return "neutral" if unmet else "success"
     if result.status == "compiled":
         return "neutral"
     if result.status == "cancelled":
@@ -107,6 +109,17 @@ def _counter(name: str, value: object) -> str:
     return f"{name} {value}"
 
 
+def optimize_table(result: ConversionResult) -> str:
+    """The optimize phase's chain: turn, time, change, kept (or why not)."""
+    rows = ["| turn | time (µs) | change | kept |", "|---:|---:|---|---|"]
+    for s in result.optimize_chain:
+        t = "-" if s.time_us is None else f"{s.time_us:.1f}"
+        kept = "yes" if s.kept else f"no: {s.reason}"
+        rows.append(f"| {s.turn} | {t} | {s.change.replace('|', '/')} | {kept} |")
+    sources = sorted({s.source for s in result.optimize_chain if s.source})
+    return "\n".join(rows) + (f"\n\nTimes: {'; '.join(sources)}." if sources else "")
+
+
 def performance_section(result: ConversionResult) -> str:
     """The cost model's figures, labelled; on hardware beside the measured time."""
     profile = result.profile
@@ -173,6 +186,12 @@ def summary(result: ConversionResult) -> str:
     perf = performance_section(result)
     if perf:
         parts.append("### Performance\n" + perf)
+    if result.optimize_chain:
+        parts.append("### Optimize\n" + optimize_table(result))
+    if result.requirements is not None:
+        req = result.requirements
+        mark = "met" if req.met else "**not met** (the pull request opens as a draft)"
+        parts.append(f"### Requirements\n`{req.requirement}`: {mark}. {req.detail}.")
     parts.append("### Run\n" + run_table(result))
     if result.kernel is not None:
         parts.append(f"Calling convention: {result.calling_convention}")

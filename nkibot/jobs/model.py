@@ -22,6 +22,9 @@ class JobOptions(BaseModel):
     rtol: float | None = None
     shapes: list[ShapeOverride] = Field(default_factory=list)
     reprofile_only: bool = False
+    optimize_turns: int | None = None
+    min_speedup: float | None = None
+    min_roofline_fraction: float | None = None
 
 
 class Trigger(BaseModel):

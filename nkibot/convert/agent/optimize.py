@@ -84,6 +84,9 @@ async def run(state: _State, backend: KernelBackend, turns: int) -> list[Optimiz
 
     if turns <= 0 or state.best is None or not state.best.verified or state.best.code is None:
         return []
+    current = state.router.current
+    if getattr(current, "deterministic", current.name == "lowering"):
+        return []  # the lowering would only write the same kernel again
     timed = await _time(backend, state.best.code, state)
     if timed is None:
         return []
