@@ -14,9 +14,9 @@ from tests.convert.agent.episode import GOOD, NUMERIC_BUG, SimTask
 from tests.fakes.anthropic import AnthropicDouble, tool_reply
 
 #: Verifies, but every iteration reuses one set of tiles: iterations serialise (WAR).
-SLOW = GOOD.replace('''    for i in nl.affine_range(N // P):
-        t = nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf)''', '''    t = nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf)
-    for i in nl.affine_range(N // P):''')
+_LOOP = "    for i in nl.affine_range(N // P):\n"
+_TILE = "        t = nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf)\n"
+SLOW = GOOD.replace(_LOOP + _TILE, _TILE[4:] + _LOOP)
 
 
 def _asks_for_speed(reply: dict[str, Any], *fragments: str) -> Callable[[dict[str, Any]], Any]:
