@@ -13,15 +13,18 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
 from nkibot.task import Task, describe_kernel_args
 from nkibot.verify.guards import jit_functions, static_findings
 from nkibot.verify.harness import HarnessReply, run_harness
 from nkibot.verify.judge import KernelRun, judge
-from nkibot.verify.protocol import load_array
+from nkibot.verify.protocol import load_array, save_array
 from nkibot.verify.reference import ReferenceSet
 from nkibot.verify.sandbox import SandboxOutcome, run_sandboxed
 
@@ -68,6 +71,17 @@ def error_diagnostic(error: dict[str, Any], kernel_file: str) -> Diagnostic:
                       file=shown, line=error.get("line"), fix=error.get("fix"))
 
 
+@dataclass
+class SimRun:
+    """One simulator run of a kernel on given inputs (`error` set when it did not finish)."""
+
+    outputs: list[np.ndarray[Any, Any]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    simulator: str = ""
+    error: str | None = None
+    line: int | None = None
+
+
 class SimBackend:
     """KernelBackend on the CPU simulator (see the module docstring)."""
 
@@ -79,10 +93,10 @@ class SimBackend:
                  skip_static: bool = False, device: str | None = None,
                  extra_env: dict[str, str] | None = None,
                  runner: Callable[..., SandboxOutcome] = run_sandboxed,
-                 cost_target: str = "trn1") -> None:
+                 platform: str = "trn1") -> None:
         self.function = function
-        #: The generation the cost model estimates for in `profile` (labelled as such).
-        self.cost_target = cost_target
+        #: The Trainium generation the simulator applies the rules of (trn1/trn2/trn3).
+        self.platform = platform
         # The neuron backend reuses this verifier with device="neuron": same trials and
         # guards, the kernel run by the real nki on the pinned NeuronCore.
         self.device = device
@@ -107,7 +121,8 @@ class SimBackend:
         path = out_dir / self.kernel_file
         path.write_text(src, encoding="utf-8")
         request = {"op": "run_kernel", "kernel_path": str(path), "function": function,
-                   "out_dir": str(out_dir), "device": self.device, **request}
+                   "out_dir": str(out_dir), "device": self.device, "target": self.platform,
+                   **request}
         return run_harness(request, timeout_s=timeout_s, memory_mb=self.memory_mb,
                            extra_env=self.extra_env, runner=self._runner)
 
@@ -129,8 +144,8 @@ class SimBackend:
             return CompileResult(ok=False, log=str(exc), backend=self.name, diagnostics=[
                 Diagnostic(rule="no-kernel", message=str(exc), file=self.kernel_file)])
         with tempfile.TemporaryDirectory(prefix="nkibot-compile-") as tmp:
-            request = {**self._random_request(task), "cost_model": self.cost_target}
-            reply = self._run(src, function, request, task.compile_timeout_s, Path(tmp))
+            reply = self._run(src, function, self._random_request(task),
+                              task.compile_timeout_s, Path(tmp))
         seconds = time.monotonic() - started
         response = reply.response
         if response is None:
@@ -199,13 +214,39 @@ class SimBackend:
         return VerifyResult(passed=passed, trials=verdict.trials, reasons=reasons,
                             diagnostics=diagnostics, log=log)
 
+    def simulate(self, src: str, arrays: list[np.ndarray[Any, Any]], names: list[str],
+                 *, timeout_s: float = 120.0) -> SimRun:
+        """Run the kernel once on `arrays` in the sandbox; the outputs as the parent read them."""
+        try:
+            function = resolve_function(src, self.function)
+        except KernelSourceError as exc:
+            return SimRun(error=str(exc))
+        static = self._static(src)
+        if static:
+            return SimRun(error="; ".join(d.message for d in static))
+        with tempfile.TemporaryDirectory(prefix="nkibot-simulate-") as tmp:
+            inputs = [save_array(Path(tmp) / f"in{i}.npy", a) for i, a in enumerate(arrays)]
+            request = {"trials": [{"inputs": inputs}], "state": [], "determinism": False,
+                       "arg_names": names}
+            reply = self._run(src, function, request, timeout_s, Path(tmp))
+            response = reply.response
+            if response is None:
+                return SimRun(error=sandbox_reason(reply))
+            if response.get("error"):
+                diag = error_diagnostic(response["error"], self.kernel_file)
+                return SimRun(error=f"{diag.rule}: {diag.message}", line=diag.line,
+                              simulator=str(response.get("simulator") or ""))
+            outputs = [load_array(d) for t in response["trials"] for d in t["outputs"]]
+        return SimRun(outputs=outputs, stats=dict(response.get("stats") or {}),
+                      simulator=str(response.get("simulator") or ""))
+
     def profile(self, src: str, task: Task) -> ProfileResult:
         try:
             function = resolve_function(src, self.function)
         except KernelSourceError as exc:
             return ProfileResult(hardware=False, measured_on=MEASURED_ON, log=str(exc))
         with tempfile.TemporaryDirectory(prefix="nkibot-profile-") as tmp:
-            request = {**self._random_request(task), "cost_model": self.cost_target}
+            request = {**self._random_request(task), "cost_model": self.platform}
             reply = self._run(src, function, request, task.compile_timeout_s, Path(tmp))
         response = reply.response
         if response is None or response.get("error"):

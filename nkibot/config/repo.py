@@ -70,6 +70,8 @@ class RepoConfig(BaseModel):
     requirements: Requirements = Field(default_factory=Requirements)
     model: Literal["auto", "lowering", "claude", "bedrock"] | None = None
     backend: Literal["auto", "sim", "neuron"] | None = None
+    #: The Trainium generation to check kernels for (None: the runner decides).
+    target: Literal["trn1", "trn2", "trn3"] | None = None
     output_dir: str = "nki_kernels/"
     min_permission: Permission | None = None
     integrate: Literal["none", "dispatch"] = "none"

@@ -20,8 +20,7 @@ from nkibot.convert import requirements
 from nkibot.convert.agent.loop import LoopOutcome, run_loop
 from nkibot.convert.agent.prompts import kernel_function_name, snake_case
 from nkibot.convert.agent.tools import kernel_function
-from nkibot.convert.models.base import ModelBackend
-from nkibot.convert.models.router import Router, RouterError, build_router
+from nkibot.convert.models.router import Router, RouterError, make_router
 from nkibot.results import (
     ConversionResult,
     KernelArg,
@@ -44,45 +43,12 @@ def kernel_path(task: Task) -> str:
     return f"nki_kernels/{stem}_{snake_case(task.entry_point)}_nki.py"
 
 
-def _lowering() -> ModelBackend | None:
-    try:
-        from nkibot.convert.models.lowering import LoweringBackend
-    except ImportError:
-        return None
-    backend: ModelBackend = LoweringBackend()
-    return backend
-
-
-def _claude(settings: Settings) -> ModelBackend:
-    from nkibot.convert.models.anthropic import AnthropicBackend
-
-    return AnthropicBackend(settings)
-
-
-def _bedrock(settings: Settings) -> ModelBackend:
-    from nkibot.convert.models.bedrock import BedrockBackend
-
-    return BedrockBackend(settings)
-
-
-def make_router(model: str, settings: Settings, bedrock_available: bool | None) -> Router:
-    if bedrock_available is None:
-        needs_check = model == "bedrock" or (
-            model == "auto" and settings.anthropic_api_key is None)
-        if needs_check:
-            from nkibot.convert.models.bedrock import bedrock_available as detect
-
-            bedrock_available = detect(settings)
-    return build_router(model, settings=settings, bedrock_available=bool(bedrock_available),
-                        lowering=_lowering, claude=_claude, bedrock=_bedrock)
-
-
 def _failed(task: Task, target: str, started: float, reason: str, *, backend: str = "none",
-            hardware: bool = False, model: str = "none", status: Status = "failed"
-            ) -> ConversionResult:
+            hardware: bool = False, model: str = "none", status: Status = "failed",
+            platform: str = "trn1") -> ConversionResult:
     return ConversionResult(status=status, target=target, backend=backend, hardware=hardware,
                             model=model, seconds=round(time.monotonic() - started, 3),
-                            reasons=[reason])
+                            reasons=[reason], platform=platform)
 
 
 async def convert(
@@ -101,10 +67,13 @@ async def convert(
     optimize_turns: int | None = None,
     min_speedup: float | None = None,
     min_roofline_fraction: float | None = None,
+    platform: str = "trn1",
 ) -> ConversionResult:
     """Convert one task; see the module docstring for the failure contract.
 
     `core_id` pins the neuron backend's children to one NeuronCore (one runner worker each).
+    `platform` is the Trainium generation (trn1/trn2/trn3) the kernel is checked for; the
+    result names it.
     """
     from nkibot.backends.select import select_backend
 
@@ -113,17 +82,23 @@ async def convert(
     stage = on_stage or (lambda _s: None)
     stage("backend")
     if backend not in ("auto", "sim", "neuron"):
-        return _failed(task, name, started, f"unknown backend {backend!r}: use auto, sim or neuron")
+        return _failed(task, name, started, f"unknown backend {backend!r}: use auto, sim or "
+                       "neuron", platform=platform)
     try:
         kb: KernelBackend = select_backend(
             backend, core_id=core_id,  # type: ignore[arg-type]
-            compile_timeout_s=settings.compile_timeout_s)
+            compile_timeout_s=settings.compile_timeout_s, platform=platform)
     except Exception as exc:  # a missing device or SDK is a user-level failure
-        return _failed(task, name, started, f"kernel backend {backend!r} unavailable: {exc}")
+        return _failed(task, name, started, f"kernel backend {backend!r} unavailable: {exc}",
+                       platform=platform)
+    # Every result names the generation it was checked for; both backends carry it (on
+    # hardware it is the device's own).
+    checked = str(getattr(kb, "platform", platform))
     try:
         router = make_router(model, settings, bedrock_available)
     except RouterError as exc:
-        return _failed(task, name, started, str(exc), backend=kb.name, hardware=kb.is_hardware)
+        return _failed(task, name, started, str(exc), backend=kb.name, hardware=kb.is_hardware,
+                       platform=checked)
     try:
         result = await _run(task, name, kb, router, started, stage, settings=settings,
                             turns=turns, on_turn=on_turn, should_stop=should_stop,
@@ -131,6 +106,7 @@ async def convert(
                             else optimize_turns)
     finally:
         await router.aclose()
+    result = result.model_copy(update={"platform": checked})
     if result.status == "verified":
         result.requirements = requirements.check(result.profile, result.hardware, min_speedup,
                                                  min_roofline_fraction)

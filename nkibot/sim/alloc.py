@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.sim import dtypes
+from nkibot.sim import dtypes, targets
 from nkibot.sim.errors import SimError, fail
 from nkibot.sim.state import current
 from nkibot.sim.storage import ON_CHIP, PMAX, PSUM_OTHER, MemoryRegion, handle, new_allocation
@@ -38,9 +38,12 @@ def allocate(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str 
                                              (shape,)))
     dt = dtypes.normalize(dtype)
     reg = region(buffer)
+    st = current()
+    if dtypes.name(dt) in targets.MX_DTYPE_NAMES and not targets.rule("mx_dtypes", st.target):
+        raise fail("dtype-illegal", f"{dtypes.name(dt)} exists on NeuronCore-v4 (trn3) only, "
+                                    f"not {st.target} ({targets.cite('mx_dtypes')})")
     if any(s < 1 for s in shp) or not shp:
         raise fail("out-of-bounds", f"allocation shape {list(shp)} must be non-empty and positive")
-    st = current()
     if reg is MemoryRegion.shared_hbm and st.program > 0:
         return _shared_reuse(st.shared, st, shp, dt)
     tracker = None

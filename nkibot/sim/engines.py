@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from nkibot.sim import dtypes
+from nkibot.sim import dtypes, targets
 from nkibot.sim.errors import fail
 from nkibot.sim.indirect import scatter
 from nkibot.sim.state import current
@@ -139,6 +139,7 @@ def write(dst: Stored, value: Any, op: str) -> None:
     if h.readonly:
         raise fail("read-only", f"{op}: cannot write into broadcast view {dst.describe()}")
     alloc = h.alloc
+    alloc.written = True
     if alloc.pending:
         settle(alloc)
     if alloc.pinned_by:
@@ -205,3 +206,28 @@ def reduce_axes(t: Stored, axis: Any, op: str) -> tuple[int, ...]:
         raise fail("reduce-axis", f"{op}: axis={axis!r} of {t.describe()} is not the last "
                                   "contiguous free axes")
     return axes
+
+
+# ---- generation rules (targets.py) -----------------------------------------------------
+def target() -> str:
+    """The generation the current launch runs for: trn1, trn2 or trn3."""
+    return current().target
+
+
+def rule(key: str) -> Any:
+    """A targets.RULES fact for the current launch's generation."""
+    return targets.rule(key, current().target)
+
+
+def arch_refused(key: str, detail: str) -> Exception:
+    """A feature the current generation lacks: arch-unsupported, citing the docs."""
+    t = current().target
+    return fail("arch-unsupported", f"{detail} on {t} ({targets.CORE[t]}); "
+                                    f"{targets.cite(key)}")
+
+
+def require(instruction: str) -> None:
+    """Refuse an instruction the current generation does not have."""
+    t = current().target
+    if not targets.has_instruction(instruction, t):
+        raise arch_refused(instruction, f"{instruction} is not available")

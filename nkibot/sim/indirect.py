@@ -106,12 +106,12 @@ def dynamic_ap(t: Stored, pattern: Any, offset: int | None, scalar_offset: Any,
     if scalar_offset is not None and vector_offset is not None:
         raise fail("unsupported", ".ap: give scalar_offset or vector_offset, not both")
     h = handle(t)
-    base_shape = h.alloc.base.shape
-    if not 0 <= indirect_dim < len(base_shape):
-        raise fail("out-of-bounds", f".ap: indirect_dim {indirect_dim} outside "
-                                    f"{list(base_shape)}")
-    row = int(np.prod(base_shape[indirect_dim + 1:], dtype=np.int64))
-    start = view_offset(t) if offset is None else int(offset)
+    if not 0 <= indirect_dim < t.ndim:
+        raise fail("out-of-bounds", f".ap: indirect_dim {indirect_dim} outside {t.describe()}")
+    # "indirect_dim: dimension in self.shape whose stride scales the indirect offset"
+    row = strides(t)[indirect_dim]
+    # `offset` composes with the view's own storage offset (the NkiTensor.ap docstring).
+    start = view_offset(t) + (offset or 0)
     if scalar_offset is not None:
         value = scalar_value(scalar_offset, ".ap scalar_offset")
         arr, state = access_pattern(h, t.on_chip, t.describe(), pattern, start + value * row,
@@ -121,7 +121,7 @@ def dynamic_ap(t: Stored, pattern: Any, offset: int | None, scalar_offset: Any,
         raise fail("unsupported", ".ap: vector_offset supports indirect_dim=0 only (as NKI)")
     pairs = [(int(p[0]), int(p[1])) for p in pattern]
     idx = _index_vector(vector_offset, pairs[0][1], ".ap vector_offset")
-    return _gather(t, start, row, idx, pairs[1:], dt, base_shape[0])
+    return _gather(t, start, row, idx, pairs[1:], dt, t.shape[0])
 
 
 def _gather(t: Stored, start: int, row: int, idx: Arr, rest: list[tuple[int, int]],

@@ -84,8 +84,10 @@ UNARY: dict[str, Callable[[Arr], Arr]] = {
 BINARY: dict[str, Callable[[Arr, Arr], Arr]] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
     "maximum": np.maximum, "minimum": np.minimum, "power": np.power, "fmod": np.fmod,
-    "mod": np.mod, "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
-    "abs_min": lambda a, b: np.minimum(np.abs(a), np.abs(b)),
+    # nl.abs_max / abs_min: the signed input of larger / smaller magnitude, y on ties.
+    "mod": np.mod,
+    "abs_max": lambda a, b: np.where(np.abs(a) > np.abs(b), a, b),
+    "abs_min": lambda a, b: np.where(np.abs(a) < np.abs(b), a, b),
     "equal": lambda a, b: (a == b), "not_equal": lambda a, b: (a != b),
     "less": lambda a, b: (a < b), "less_equal": lambda a, b: (a <= b),
     "greater": lambda a, b: (a > b), "greater_equal": lambda a, b: (a >= b),

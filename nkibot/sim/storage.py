@@ -53,7 +53,7 @@ class Allocation:
     """Owns one allocation's storage; returns its bytes to the tracker when collected."""
 
     __slots__ = ("__weakref__", "base", "launch", "nbytes", "pending", "pinned_by", "region",
-                 "state", "tracker")
+                 "state", "tracker", "written")
 
     def __init__(self, base: Arr, region: MemoryRegion, tracker: MemoryTracker | None,
                  nbytes: int, state: Arr | None = None, launch: object = None) -> None:
@@ -65,6 +65,8 @@ class Allocation:
         #: matmuls still view this storage.
         self.pending: list[Group] | None = None
         self.pinned_by: list[weakref.ref[Allocation]] | None = None
+        #: Set by the first write (a kernel may return an output argument it wrote).
+        self.written = False
 
     def __del__(self) -> None:
         if self.tracker is not None:

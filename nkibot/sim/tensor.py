@@ -24,6 +24,8 @@ from nkibot.sim.indirect import (
     vector_select,
     view_offset,
 )
+from nkibot.sim.opaque import numpy_refused, ufunc_name, values_refused
+from nkibot.sim.state import LOCAL
 from nkibot.sim.storage import PMAX, Handle, MemoryRegion, Stored, handle, values
 from nkibot.sim.views import access_pattern
 
@@ -58,9 +60,34 @@ class NkiTensor(Stored):
     def __len__(self) -> int:
         return self.shape[0]
 
+    # ---- the host boundary (opaque.py): no values for host code ----------------------
     def __bool__(self) -> bool:
-        # `assert nl.equal(a, b)` in the docs' examples means "all elements true".
-        return bool(np.all(values(self)))
+        if LOCAL.depth == 0:
+            # Host code outside any kernel launch: the API docs' examples test results
+            # with `assert nl.equal(a, expected)` (all elements true). In a kernel, no.
+            return bool(np.all(values(self)))
+        raise values_refused("bool", self.describe())
+
+    def __int__(self) -> int:
+        raise values_refused("int", self.describe())
+
+    def __float__(self) -> float:
+        raise values_refused("float", self.describe())
+
+    def __complex__(self) -> complex:
+        raise values_refused("complex", self.describe())
+
+    def __index__(self) -> int:
+        raise values_refused("index", self.describe())
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise numpy_refused("NumPy conversion", "asarray", self.describe())
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        raise numpy_refused("NumPy ufunc", ufunc_name(ufunc), self.describe())
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        raise numpy_refused("NumPy function", ufunc_name(func), self.describe())
 
     def _derive(self, arr: np.ndarray[Any, Any], state: np.ndarray[Any, Any] | None,
                 readonly: bool = False, dtype: np.dtype[Any] | None = None) -> NkiTensor:

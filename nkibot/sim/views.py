@@ -27,9 +27,7 @@ def access_pattern(h: Handle, on_chip: bool, what: str, pattern: Any, offset: in
     flat = base.reshape(-1)
     if dt.itemsize != base.itemsize:
         flat = flat.view(dt)
-    # `.ap` addresses storage: an explicit offset ignores the view's own (nki-aps.rst).
-    start = ((_address(h.arr) - _address(base)) // dt.itemsize if offset is None
-             else int(offset))
+    start = (_address(h.arr) - _address(base)) // dt.itemsize + (offset or 0)
     pairs = [(int(p[0]), int(p[1])) for p in pattern]
     counts = tuple(c for _, c in pairs)
     lo = start + sum(min(0, (c - 1) * s) for s, c in pairs)

@@ -256,3 +256,23 @@ def mx_matmul_kernel(a_t, b):
     r = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_copy(dst=r, src=acc)
     return _out(r)
+
+
+@nki.jit
+def mx_packed_scales_kernel(a_t, b):
+    """As mx_matmul_kernel, with both scale sets packed in one tile: a's at quadrant
+    offset 0, b's at offset 8 (Trn3)."""
+    k, m = a_t.shape
+    n = b.shape[1]
+    a_sb, b_sb = _load(a_t), _load(b)
+    scales = nl.ndarray((k, n // 4), dtype=nl.uint8, buffer=nl.sbuf)
+    sa, sb = scales[0:, :m // 4], scales[8:, :]
+    qa = nl.ndarray((k, m // 4), dtype=nl.float8_e5m2_x4, buffer=nl.sbuf)
+    nisa.quantize_mx(dst=qa, src=a_sb, dst_scale=sa)
+    qb = nl.ndarray((k, n // 4), dtype=nl.float8_e5m2_x4, buffer=nl.sbuf)
+    nisa.quantize_mx(dst=qb, src=b_sb, dst_scale=sb)
+    acc = nl.ndarray((m // 4, n // 4), dtype=nl.bfloat16, buffer=nl.psum)
+    nisa.nc_matmul_mx(dst=acc, stationary=qa, moving=qb, stationary_scale=sa, moving_scale=sb)
+    r = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=r, src=acc)
+    return _out(r)

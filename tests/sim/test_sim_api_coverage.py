@@ -61,3 +61,17 @@ def test_function_exists_with_the_official_signature(module: str, name: str,
         theirs = _resolve(spec["default"], mod)
         assert _same_default(p.default, theirs), (
             f"{module}.{name}({p.name}=...): ours {p.default!r}, official {spec['default']}")
+
+
+def test_nkitensor_has_every_documented_method_and_attribute(nki: ModuleType) -> None:
+    """The official NkiTensor class: its methods (parameter names) and attributes."""
+    from nkibot.sim.tensor import NkiTensor
+
+    spec = STUBS["NkiTensor"]
+    for name, params in spec["methods"].items():
+        method = getattr(NkiTensor, name, None)
+        assert callable(method), f"NkiTensor.{name} is missing"
+        assert list(inspect.signature(method).parameters) == params, name
+    t = language.ndarray((4, 8), dtype=language.float32, buffer=language.sbuf)
+    for attr in spec["attributes"]:
+        assert hasattr(t, attr), f"NkiTensor.{attr} is missing"

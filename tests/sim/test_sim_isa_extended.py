@@ -224,3 +224,16 @@ def test_mx_quantize_and_matmul_match_dequantized_numpy(k3: ModuleType,
     assert out.shape == (16, 64)
     err = np.abs(out - ref).max() / np.abs(ref).max()
     assert err < 0.05, err
+
+
+def test_mx_scales_of_two_tensors_pack_into_one_tile(k3: ModuleType,
+                                                     rng: np.random.Generator) -> None:
+    """Scale views at a partition offset inside each quadrant (mxfp-matmul.rst packing)."""
+    import nki as nki3
+
+    a = rng.standard_normal((128, 64), dtype=F32).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((128, 128), dtype=F32).astype(ml_dtypes.bfloat16)
+    out = run(nki3, k3.mx_packed_scales_kernel, a, b)
+    ref = np.einsum("kiq,kjq->ij", a.astype(F32).reshape(128, 16, 4),
+                    b.astype(F32).reshape(128, 32, 4))
+    assert np.abs(out - ref).max() / np.abs(ref).max() < 0.1  # e5m2: 2 mantissa bits

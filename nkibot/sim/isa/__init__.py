@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nkibot.sim import targets
 from nkibot.sim.errors import SimError, fail
 from nkibot.sim.isa.compute import (
     activation,
@@ -98,8 +99,8 @@ def get_nc_sub_version() -> int:
 
 
 def get_nc_version() -> nc_version:
-    return {"trn1": nc_version.gen2, "trn2": nc_version.gen3}.get(current().target,
-                                                                   nc_version.gen4)
+    return {2: nc_version.gen2, 3: nc_version.gen3}.get(targets.VERSION[current().target],
+                                                         nc_version.gen4)
 
 
 def __getattr__(name: str) -> Any:

@@ -8,6 +8,7 @@ import numpy as np
 
 from nkibot.sim import dtypes, ops
 from nkibot.sim.engines import (
+    arch_refused,
     count,
     dma,
     free_size,
@@ -15,8 +16,10 @@ from nkibot.sim.engines import (
     on_chip,
     read,
     read_native,
+    rule,
     same_elements,
     settled,
+    target,
     tensor,
     write,
 )
@@ -48,6 +51,10 @@ def dma_copy(dst: NkiTensor, src: NkiTensor, priority: Any = None,
     if dst.size != src.size:
         raise fail("shape-mismatch", f"dma_copy: dst {dst.describe()} and src {src.describe()} "
                                      "hold different numbers of elements")
+    if getattr(dge_mode, "name", None) == "hwdge" and not rule("dma_hwdge"):
+        raise arch_refused("dma_hwdge", "dma_copy dge_mode=hwdge")
+    if priority is not None and not rule("dma_priority"):
+        raise arch_refused("dma_priority", f"dma_copy priority={priority!r}")
     _checked_dma(dst, src, oob_mode, "dma_copy")
 
 
@@ -75,10 +82,8 @@ def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = _engine.unknown,
     if eng == "gpsimd" and MemoryRegion.psum in (dst.buffer, src.buffer):
         raise fail("buffer-illegal", "tensor_copy: the GpSimd engine cannot access PSUM "
                                      f"(dst {dst.describe()}, src {src.describe()})")
-    if eng == "scalar" and current().target == "trn1":
-        raise fail("arch-unsupported", "tensor_copy on the Scalar engine is not supported on "
-                                       "NeuronCore-v2; use nisa.activation(op=nl.copy)")
-    same = src.dtype == dst.dtype
+    # ISA:393: the Scalar engine on NeuronCore-v2 always copies through an fp32 cast.
+    same = src.dtype == dst.dtype and not (eng == "scalar" and target() == "trn1")
     write(dst, read_native(src) if same else read(src), "tensor_copy")
     count(eng, dst.size)
 

@@ -16,10 +16,9 @@ from typing import Any
 import numpy as np
 
 from nkibot.sim import dtypes
-from nkibot.sim.engines import count, free_size, on_chip, read, read_native, write
+from nkibot.sim.engines import count, free_size, on_chip, read, read_native, require, write
 from nkibot.sim.errors import fail
 from nkibot.sim.isa.tensor import issue_matmul
-from nkibot.sim.state import current
 from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 Arr = np.ndarray[Any, Any]
@@ -28,9 +27,7 @@ _FMAX = {"float8_e4m3fn_x4": 448.0, "float8_e5m2_x4": 57344.0, "float4_e2m1fn_x4
 
 
 def _trn3(op: str) -> None:
-    if current().target in ("trn1", "trn2"):
-        raise fail("arch-unsupported", f"{op} needs NeuronCore-v4 (Trn3): MX types are "
-                                       "Trn3-only")
+    require(op)
 
 
 def _mx(t: NkiTensor, op: str, role: str) -> str:
@@ -54,11 +51,15 @@ def _group_rows(parts: int, scale_parts: int, op: str) -> Arr:
         if scale_parts < groups:
             raise fail("shape-mismatch", f"{op}: the scale tile needs {groups} partitions")
         return np.arange(groups)
-    if scale_parts < parts:
-        raise fail("shape-mismatch", f"{op}: a scale tile for {parts} data partitions is "
-                                     f"[{parts}, ...] (quadrant layout) or [{groups}, ...]")
     g = np.arange(groups)
-    return np.asarray(32 * (g // 4) + g % 4)
+    rows = np.asarray(32 * (g // 4) + g % 4)
+    # The scale view may start at an offset inside each quadrant (0, 4, 8, 12: packing the
+    # scales of several tensors in one tile), so it needs rows up to the last group's.
+    if scale_parts <= int(rows[-1]):
+        raise fail("shape-mismatch", f"{op}: a scale tile for {parts} data partitions needs "
+                                     f"{int(rows[-1]) + 1} partitions (quadrant layout) or "
+                                     f"exactly {groups}; got {scale_parts}")
+    return rows
 
 
 def unpack(t: NkiTensor) -> Arr:

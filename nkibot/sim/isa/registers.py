@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from nkibot.sim import dtypes
-from nkibot.sim.engines import count, read_native, tensor, write
+from nkibot.sim.engines import count, read_native, require, tensor, write
 from nkibot.sim.errors import fail
 from nkibot.sim.isa.enums import dma_engine as _dma_engine
 from nkibot.sim.isa.enums import engine as _engine
@@ -91,8 +91,7 @@ _SERIAL = ("the simulator runs the logical cores of an LNC launch one after anot
 
 def core_barrier(data: NkiTensor, cores: Any, engine: Any = _engine.gpsimd,
                  name: Any = None) -> None:
-    if current().target == "trn1":
-        raise fail("arch-unsupported", "core_barrier needs NeuronCore-v3+ (Trn2+) with LNC")
+    require("core_barrier")
     if tuple(cores) != (0, 1):
         raise fail("unsupported", "core_barrier: only cores=(0, 1) is supported (as in NKI)")
     if current().lnc == 1:
@@ -102,6 +101,5 @@ def core_barrier(data: NkiTensor, cores: Any, engine: Any = _engine.gpsimd,
 
 def sendrecv(src: Any, dst: Any, send_to_rank: Any, recv_from_rank: Any, pipe_id: Any,
              dma_engine: Any = _dma_engine.dma, name: Any = None) -> None:
-    if current().target == "trn1":
-        raise fail("arch-unsupported", "sendrecv needs NeuronCore-v3+ (Trn2+) with LNC")
+    require("sendrecv")
     raise fail("unsupported", f"sendrecv: {_SERIAL}")

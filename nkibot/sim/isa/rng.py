@@ -13,7 +13,16 @@ from typing import Any
 import numpy as np
 
 from nkibot.sim import dtypes
-from nkibot.sim.engines import count, free_size, on_chip, read, read_native, scalar_operand, write
+from nkibot.sim.engines import (
+    count,
+    free_size,
+    on_chip,
+    read,
+    read_native,
+    require,
+    scalar_operand,
+    write,
+)
 from nkibot.sim.errors import fail
 from nkibot.sim.isa.enums import engine as _engine
 from nkibot.sim.state import current
@@ -33,17 +42,40 @@ def _state(eng: str) -> Arr:
 
 
 def seeded(eng: str, seed: int) -> Arr:
-    gen = np.random.default_rng([int(seed) & 0xFFFFFFFF, WORDS[eng]])
-    return gen.integers(0, 2**32, size=(128, WORDS[eng]), dtype=np.uint64).astype(np.uint32)
+    lanes = np.arange(128, dtype=np.uint64)[:, None] * np.uint64(WORDS[eng])
+    words = np.arange(WORDS[eng], dtype=np.uint64)[None, :]
+    mixed = _mix(np.uint64(int(seed) & 0xFFFFFFFF) * _GOLDEN + lanes + words)
+    return (mixed >> np.uint64(32)).astype(np.uint32)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(z: Arr) -> Arr:
+    """splitmix64's finaliser: a bijective 64-bit mix (counter-based generation)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out: Arr = z ^ (z >> np.uint64(31))
+        return out
 
 
 def draw_bits(eng: str, shape: tuple[int, ...]) -> Arr:
-    """32 random bits per element of `shape`, advancing the engine's state."""
+    """32 random bits per element of `shape`; lane p (partition p) uses and advances only
+    its own state words, so saving and restoring a lane's state replays its stream."""
     st = _state(eng)
-    gen = np.random.default_rng(st.astype(np.uint64).ravel().tolist())
-    bits = gen.integers(0, 2**32, size=shape, dtype=np.uint64).astype(np.uint32)
-    st[...] = gen.integers(0, 2**32, size=st.shape, dtype=np.uint64).astype(np.uint32)
-    return bits
+    lanes = shape[0]
+    with np.errstate(over="ignore"):
+        key = np.zeros(lanes, np.uint64)
+        for w in range(st.shape[1]):
+            key = _mix(key * _GOLDEN + st[:lanes, w].astype(np.uint64))
+        n = int(np.prod(shape[1:], dtype=np.int64))
+        ctr = np.arange(n, dtype=np.uint64)[None, :] * _GOLDEN
+        bits = (_mix(key[:, None] + ctr) >> np.uint64(32)).astype(np.uint32)
+        step = _mix(key[:, None] + np.uint64(n) * _GOLDEN + np.arange(
+            st.shape[1], dtype=np.uint64)[None, :] + np.uint64(1))
+    st[:lanes] = (step >> np.uint64(32)).astype(np.uint32)
+    return bits.reshape(shape)
 
 
 def uniform(eng: str, shape: tuple[int, ...]) -> Arr:
@@ -67,6 +99,7 @@ def rng(dst: NkiTensor, engine: Any = _engine.vector, name: Any = None) -> None:
     if dst.dtype not in _INTS:
         raise fail("dtype-illegal", f"rng: dst {dst.describe()} must be an integer type")
     eng = _engine_name(engine, "rng", dst)
+    # "Supported engines: NeuronCore-v2: Vector. NeuronCore-v3+: GpSimd, Vector."
     if eng == "gpsimd" and current().target == "trn1":
         raise fail("arch-unsupported", "rng on GpSimd needs NeuronCore-v3+ (Trn2+)")
     bits = draw_bits(eng, dst.shape)
@@ -79,9 +112,7 @@ def rng(dst: NkiTensor, engine: Any = _engine.vector, name: Any = None) -> None:
 
 def rand2(dst: NkiTensor, min: Any, max: Any, name: Any = None) -> None:
     """Uniform values in [min, max] (Vector, NeuronCore-v4+)."""
-    if current().target in ("trn1", "trn2"):
-        raise fail("arch-unsupported", "rand2 needs NeuronCore-v4 (Trn3); use nisa.rng and "
-                                       "scale the bits")
+    require("rand2")
     dst = on_chip(dst, "rand2", "dst")
     lo = scalar_operand(min, dst, "rand2", "min")
     hi = scalar_operand(max, dst, "rand2", "max")
@@ -123,11 +154,10 @@ def set_rng_seed(src_seeds: NkiTensor, name: Any = None) -> None:
 
 
 def _state_engine(engine: Any, op: str, dst: NkiTensor | None) -> str:
+    require(op)
     tgt = current().target
-    if tgt == "trn1":
-        raise fail("arch-unsupported", f"{op} needs NeuronCore-v3+ (Trn2+)")
     eng = "gpsimd" if engine in (None, _engine.unknown) else _engine_name(engine, op, dst)
-    if eng == "vector" and tgt == "trn2":
+    if eng == "vector" and tgt == "trn2":  # "NeuronCore-v3: GpSimd. NeuronCore-v4+: GpSimd, Vector"
         raise fail("arch-unsupported", f"{op} on the Vector engine needs NeuronCore-v4 (Trn3)")
     return eng
 

@@ -18,6 +18,7 @@ from nkibot.sim.engines import (
     free_size,
     on_chip,
     read,
+    require,
     same_elements,
     scalar_operand,
     write,
@@ -25,7 +26,6 @@ from nkibot.sim.engines import (
 from nkibot.sim.errors import fail
 from nkibot.sim.isa import accum
 from nkibot.sim.isa.enums import reduce_cmd as _cmd
-from nkibot.sim.state import current
 from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 Arr = np.ndarray[Any, Any]
@@ -195,9 +195,7 @@ def activate2(dst: NkiTensor, op: Any, data: NkiTensor, imm0: Any, imm1: Any, op
               reduce_cmd: Any = _cmd.idle, name: Any = None) -> None:
     """dst = op((data op0 imm0) op1 imm1) on the Scalar engine (NeuronCore-v4+)."""
     opname = "activate2"
-    if current().target in ("trn1", "trn2"):
-        raise fail("arch-unsupported", f"{opname} needs NeuronCore-v4 (Trn3); use "
-                                       "nisa.activation(op, data, bias=, scale=)")
+    require("activate2")
     dst, data = on_chip(dst, opname, "dst"), on_chip(data, opname, "data")
     same_elements(opname, ("dst", dst), ("data", data))
     n0, n1 = ops.op_name(op0, "op0"), ops.op_name(op1, "op1")

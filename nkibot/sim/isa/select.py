@@ -18,6 +18,7 @@ from nkibot.sim.engines import (
     on_chip,
     read,
     read_native,
+    require,
     same_elements,
     scalar_operand,
     write,
@@ -26,12 +27,13 @@ from nkibot.sim.errors import fail
 from nkibot.sim.isa import accum
 from nkibot.sim.isa.enums import reduce_cmd as _cmd
 from nkibot.sim.language.math import make_binary
-from nkibot.sim.state import current
 from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
 Arr = np.ndarray[Any, Any]
 _maximum = make_binary("maximum")
-_PRED_DTYPES = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
+# The docstring lists int8/uint8/int16/uint16; nki/test/test_nki_isa_select_reduce.py also
+# passes a bool predicate.
+_PRED_DTYPES = (dtypes.bool_, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
                 dtypes.uint32)
 
 
@@ -90,8 +92,7 @@ def range_select(dst: NkiTensor, on_true_tile: NkiTensor, comp_op0: Any, comp_op
                  name: Any = None) -> None:
     """Keep elements whose free index + range_start passes both bound comparisons."""
     opname = "range_select"
-    if current().target == "trn1":
-        raise fail("arch-unsupported", f"{opname} needs NeuronCore-v3 or newer (Trn2+)")
+    require("range_select")
     dst, src = on_chip(dst, opname, "dst"), on_chip(on_true_tile, opname, "on_true_tile")
     same_elements(opname, ("dst", dst), ("on_true_tile", src))
     if not dtypes.is_float(src.dtype):
@@ -231,8 +232,7 @@ def nonzero_with_count(dst: NkiTensor, src: NkiTensor, index_offset: int = 0,
                        padding_val: int = -1, name: Any = None) -> None:
     """Per partition 0, 16, ..., 112: nonzero indices (+offset), padding, then the count."""
     op = "nonzero_with_count"
-    if current().target == "trn1":
-        raise fail("arch-unsupported", f"{op} needs NeuronCore-v3 or newer (Trn2+)")
+    require("nonzero_with_count")
     dst = on_chip(dst, op, "dst", allow_psum=False)
     src = on_chip(src, op, "src", allow_psum=False)
     if src.dtype not in (dtypes.float32, dtypes.int32) or dst.dtype != dtypes.int32:

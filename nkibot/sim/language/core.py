@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.sim import dtypes
+from nkibot.sim import dtypes, targets
 from nkibot.sim.alloc import OVERWRITTEN, allocate
 from nkibot.sim.engines import count, dma, in_buffer, on_chip, settled, tensor, write
 from nkibot.sim.errors import fail
@@ -25,7 +25,7 @@ _HBM = (MemoryRegion.private_hbm, MemoryRegion.shared_hbm)
 
 
 class _TileSize:
-    """Trn1 (NeuronCore-v2) tile limits."""
+    """Tile limits; the SBUF sizes follow the current launch's generation (targets.py)."""
 
     pmax = 128
     psum_fmax = 512
@@ -37,10 +37,23 @@ class _TileSize:
     psum_min_align = 4
     sbuf_min_align = 1
     psum_num_banks = 8
-    sbuf_fmax_bytes = 192 * 1024
-    sbuf_fmax = sbuf_fmax_bytes // 4
-    sbuf_size_bytes = 128 * sbuf_fmax_bytes
-    total_available_sbuf_size = sbuf_fmax_bytes
+
+    @property
+    def sbuf_fmax_bytes(self) -> int:
+        value: int = targets.rule("sbuf_partition_bytes", current().target)
+        return value
+
+    @property
+    def sbuf_fmax(self) -> int:
+        return self.sbuf_fmax_bytes // 4
+
+    @property
+    def sbuf_size_bytes(self) -> int:
+        return 128 * self.sbuf_fmax_bytes
+
+    @property
+    def total_available_sbuf_size(self) -> int:
+        return self.sbuf_fmax_bytes
 
 
 tile_size = _TileSize()

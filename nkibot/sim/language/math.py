@@ -16,7 +16,16 @@ import numpy as np
 
 from nkibot.sim import dtypes, ops
 from nkibot.sim.alloc import OVERWRITTEN, allocate
-from nkibot.sim.engines import compute_dtype, count, on_chip, read, reduce_axes, settled, write
+from nkibot.sim.engines import (
+    compute_dtype,
+    count,
+    on_chip,
+    read,
+    reduce_axes,
+    require,
+    settled,
+    write,
+)
 from nkibot.sim.errors import fail
 from nkibot.sim.isa.tensor import nc_matmul, nc_transpose
 from nkibot.sim.storage import MemoryRegion
@@ -44,18 +53,31 @@ def _operand(x: Any, name: str, role: str) -> Any:
                               f"{type(x).__name__}")
 
 
+#: nl ops whose docs apply a [P, 1] tile along the free axes of a [P, ...] tile (the
+#: nl.abs_max / nl.abs_min examples); other nl binary ops need equal shapes.
+_COLUMN_BROADCAST = ("abs_max", "abs_min")
+
+
+def _column_operand(name: str, x: NkiTensor, y: NkiTensor) -> bool:
+    return (name in _COLUMN_BROADCAST and y.shape[0] == x.shape[0] and y.size == y.shape[0]
+            and x.on_chip and y.on_chip)
+
+
 def binary_op(name: str, x: Any, y: Any, dtype: Any = None) -> Any:
+    require(name)  # abs_max/abs_min are NeuronCore-v4 only (targets.INSTRUCTIONS)
     x, y = _operand(x, name, "x"), _operand(y, name, "y")
     fn = ops.binary(name)
     tiles = [t for t in (x, y) if isinstance(t, NkiTensor)]
     if not tiles:
         return np.asarray(fn(np.asarray(x, np.float32), np.asarray(y, np.float32))).item()
-    if len(tiles) == 2 and x.shape != y.shape:
+    if len(tiles) == 2 and x.shape != y.shape and not _column_operand(name, x, y):
         raise fail("broadcast", f"nl.{name}: operand shapes {x.describe()} and {y.describe()} "
                                 "differ")
     cdt = compute_dtype(x, y)
     a = read(x, cdt) if isinstance(x, NkiTensor) else cdt.type(x)
     b = read(y, cdt) if isinstance(y, NkiTensor) else cdt.type(y)
+    if isinstance(y, NkiTensor) and isinstance(x, NkiTensor) and y.shape != x.shape:
+        b = b.reshape(y.shape[0], *([1] * (x.ndim - 1)))  # a [P, 1] column
     out_dt = tiles[0].dtype if len(tiles) == 1 else dtypes.promote(x.dtype, y.dtype)
     out_dt = out_dt if dtype is None else dtypes.normalize(dtype)
     return _result(tiles[0].shape, fn(a, b), out_dt, "vector")
