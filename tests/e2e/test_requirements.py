@@ -58,6 +58,9 @@ def test_a_missed_requirement_is_neutral_and_a_draft(strict: Stack) -> None:
     assert "short by" in summary and "vs required 0.99" in summary
     assert "### Performance" in summary and "model estimate (trn1), not a measurement" in summary
     assert "Engine utilisation" in summary
+    files = strict.github.files_at(REPO, "nki/src-models-norm-rmsnorm")
+    header = files["nki_kernels/norm_rms_norm_nki.py"].decode()
+    assert "# modelled time: " in header and "(model estimate (trn1), not a measurement)" in header
     (pr,) = strict.pulls()
     assert pr.draft
 
