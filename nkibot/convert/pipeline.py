@@ -21,6 +21,7 @@ from nkibot.convert.agent.loop import LoopOutcome, run_loop
 from nkibot.convert.agent.prompts import kernel_function_name, snake_case
 from nkibot.convert.agent.tools import kernel_function
 from nkibot.convert.models.router import Router, RouterError, make_router
+from nkibot.redact import redact_model
 from nkibot.results import (
     ConversionResult,
     KernelArg,
@@ -110,7 +111,8 @@ async def convert(
     if result.status == "verified":
         result.requirements = requirements.check(result.profile, result.hardware, min_speedup,
                                                  min_roofline_fraction)
-    return result
+    # The verdict carries user code's exception text: no secret in it leaves verbatim.
+    return redact_model(result)
 
 
 async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started: float,

@@ -59,7 +59,8 @@ def static_rejection(src: str, target: str, kernel_path: str, function: str,
     compiled = CompileResult(ok=False, backend=backend, compiler="nkibot static check",
                              log="\n".join(f.reason for f in findings), diagnostics=[
                                  Diagnostic(rule=f"static:{f.rule}", message=f.reason,
-                                            file=Path(kernel_path).name, line=f.line)
+                                            file=Path(kernel_path).name, line=f.line,
+                                            fix=f.fix or None)
                                  for f in findings])
     return ConversionResult(
         status="failed", target=target, backend=backend, hardware=backend == "neuron",
@@ -190,7 +191,10 @@ def _platform(requested: str | None) -> str:
 
 
 def _emit(result: ConversionResult, json_output: bool, platform: str) -> None:
-    result = result.model_copy(update={"platform": platform})
+    from nkibot.redact import redact_model
+
+    # The verdict carries user code's messages: no secret in them leaves verbatim.
+    result = redact_model(result.model_copy(update={"platform": platform}))
     if json_output:
         typer.echo(result.model_dump_json(indent=2))
     else:

@@ -21,6 +21,7 @@ def merged_options(config: RepoConfig, options: JobOptions) -> JobOptions:
         rtol=options.rtol if options.rtol is not None else config.tolerances.rtol,
         shapes=list(options.shapes),
         reprofile_only=options.reprofile_only,
+        reference=options.reference,
         optimize_turns=(options.optimize_turns if options.optimize_turns is not None
                         else config.optimize_turns),
         min_speedup=options.min_speedup or config.requirements.min_speedup,
@@ -79,7 +80,9 @@ def retried(job: Job, inc: Incoming, facts: Facts, action: str, default_turns: i
     options.reprofile_only = action == "reprofile"
     old = job.trigger
     trigger = old.model_copy(update={
-        "kind": "comment" if inc.kind == "comment" else "check_run",
+        # A dashboard job's retry still reports on its dashboard row.
+        "kind": "dashboard" if old.kind == "dashboard" else (
+            "comment" if inc.kind == "comment" else "check_run"),
         "delivery_id": inc.delivery_id, "sender": inc.sender_login,
         "comment_id": inc.comment_id if inc.kind == "comment" else old.comment_id,
     })

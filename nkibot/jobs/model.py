@@ -24,6 +24,8 @@ class JobOptions(BaseModel):
     rtol: float | None = None
     shapes: list[ShapeOverride] = Field(default_factory=list)
     reprofile_only: bool = False
+    #: The PyTorch reference (`path::Name`) a CUDA or Triton target must match.
+    reference: str | None = None
     optimize_turns: int | None = None
     min_speedup: float | None = None
     min_roofline_fraction: float | None = None
@@ -32,7 +34,8 @@ class JobOptions(BaseModel):
 class Trigger(BaseModel):
     """Where the request came from, so the runner can reply there."""
 
-    kind: Literal["comment", "label", "check_run"]
+    #: `dashboard`: a ticked box on the conversion dashboard issue (`issue_number`).
+    kind: Literal["comment", "label", "check_run", "dashboard"]
     delivery_id: str
     sender: str
     issue_number: int | None = None
