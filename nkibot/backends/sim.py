@@ -257,12 +257,13 @@ class SimBackend:
         except KernelSourceError as exc:
             return ProfileResult(hardware=False, measured_on=MEASURED_ON, log=str(exc))
         with tempfile.TemporaryDirectory(prefix="nkibot-profile-") as tmp:
-            reply = self._run(src, function, self._random_request(task),
-                              task.compile_timeout_s, Path(tmp))
+            request = {**self._random_request(task), "cost_model": self.platform}
+            reply = self._run(src, function, request, task.compile_timeout_s, Path(tmp))
         response = reply.response
         if response is None or response.get("error"):
             why = sandbox_reason(reply) if response is None else str(response["error"])
             return ProfileResult(hardware=False, measured_on=MEASURED_ON, log=why[:1000])
         return ProfileResult(hardware=False, measured_on=MEASURED_ON,
                              sim_stats=dict(response.get("stats") or {}),
+                             model=dict(response.get("model") or {}),
                              log=f"simulator: {response.get('simulator')}")

@@ -48,6 +48,15 @@ class Tolerances(BaseModel):
     rtol: float | None = Field(default=None, ge=0)
 
 
+class Requirements(BaseModel):
+    """Performance a verified kernel must reach, else a neutral check run and a draft PR."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_speedup: float | None = Field(default=None, gt=0)  # on hardware, vs PyTorch p50
+    min_roofline_fraction: float | None = Field(default=None, gt=0, le=1)  # off hardware
+
+
 class RepoConfig(BaseModel):
     """The schema of `.github/nki-bot.yml` (every key optional)."""
 
@@ -56,6 +65,9 @@ class RepoConfig(BaseModel):
     targets: list[TargetSpec] = Field(default_factory=list)
     tolerances: Tolerances = Field(default_factory=Tolerances)
     turns: int | None = Field(default=None, ge=1, le=50)
+    #: Turns asking for a faster kernel after the first verified one (0 turns it off).
+    optimize_turns: int | None = Field(default=None, ge=0, le=10)
+    requirements: Requirements = Field(default_factory=Requirements)
     model: Literal["auto", "lowering", "claude", "bedrock"] | None = None
     backend: Literal["auto", "sim", "neuron"] | None = None
     #: The Trainium generation to check kernels for (None: the runner decides).

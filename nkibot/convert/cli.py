@@ -85,6 +85,9 @@ def convert(
     model: Annotated[str, typer.Option(help="auto|lowering|claude|bedrock")] = "auto",
     backend: Annotated[str, typer.Option(help="auto|sim|neuron")] = "auto",
     turns: Annotated[int | None, typer.Option(help="turn budget (default 10)")] = None,
+    optimize_turns: Annotated[int, typer.Option(
+        "--optimize-turns", min=0, max=10,
+        help="turns asking for a faster kernel after the first verified one (0: off)")] = 3,
     shape: Annotated[list[str] | None, typer.Option(
         help="input shape override NAME=DIMSxDTYPE, e.g. x=128x256xfloat32")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print the JSON result")] = False,
@@ -126,7 +129,7 @@ def convert(
         result = asyncio.run(run_pipeline(
             task, settings=settings, model=model, backend=backend, turns=turns,
             on_turn=progress.on_turn, on_stage=progress.on_stage, target=target,
-            platform=chosen))
+            platform=chosen, optimize_turns=optimize_turns))
     written = write_local_outputs(result, task, out)
     if json_output:
         typer.echo(result.model_dump_json(indent=2))

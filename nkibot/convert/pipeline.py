@@ -16,6 +16,7 @@ from pathlib import Path
 
 from nkibot.backends.base import KernelBackend
 from nkibot.config.settings import Settings
+from nkibot.convert import requirements
 from nkibot.convert.agent.loop import LoopOutcome, run_loop
 from nkibot.convert.agent.prompts import kernel_function_name, snake_case
 from nkibot.convert.agent.tools import kernel_function
@@ -30,6 +31,9 @@ from nkibot.results import (
     TurnRecord,
 )
 from nkibot.task import Task
+
+#: Optimize-phase turns when neither the repo config nor the command sets them.
+DEFAULT_OPTIMIZE_TURNS = 3
 
 Stage = Callable[[str], None]
 
@@ -61,6 +65,9 @@ async def convert(
     on_stage: Stage | None = None,
     bedrock_available: bool | None = None,
     core_id: int | None = None,
+    optimize_turns: int | None = None,
+    min_speedup: float | None = None,
+    min_roofline_fraction: float | None = None,
     platform: str = "trn1",
 ) -> ConversionResult:
     """Convert one task; see the module docstring for the failure contract.
@@ -95,17 +102,24 @@ async def convert(
                        platform=checked)
     try:
         result = await _run(task, name, kb, router, started, stage, settings=settings,
-                            turns=turns, on_turn=on_turn, should_stop=should_stop)
+                            turns=turns, on_turn=on_turn, should_stop=should_stop,
+                            optimize_turns=DEFAULT_OPTIMIZE_TURNS if optimize_turns is None
+                            else optimize_turns)
     finally:
         await router.aclose()
+    result = result.model_copy(update={"platform": checked})
+    if result.status == "verified":
+        result.requirements = requirements.check(result.profile, result.hardware, min_speedup,
+                                                 min_roofline_fraction)
     # The verdict carries user code's exception text: no secret in it leaves verbatim.
-    return redact_model(result.model_copy(update={"platform": checked}))
+    return redact_model(result)
 
 
 async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started: float,
                stage: Stage, *, settings: Settings, turns: int | None,
                on_turn: Callable[[TurnRecord], None] | None,
-               should_stop: Callable[[], bool] | None) -> ConversionResult:
+               should_stop: Callable[[], bool] | None,
+               optimize_turns: int = 0) -> ConversionResult:
     from nkibot.task import describe_kernel_args
     from nkibot.verify.reference import compute_reference
 
@@ -124,7 +138,8 @@ async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started
     with reference:  # its trial arrays live in temporary directories: remove them after
         outcome = await run_loop(task, router=router, backend=kb, reference=reference,
                                  settings=settings, on_turn=on_turn, should_stop=should_stop,
-                                 kernel_args=args, max_turns=turns or task.max_turns)
+                                 kernel_args=args, max_turns=turns or task.max_turns,
+                                 optimize_turns=optimize_turns)
     profile = await _profile(kb, task, outcome, stage)
     return _assemble(task, name, kb, outcome, args, profile, started)
 
@@ -164,4 +179,5 @@ def _assemble(task: Task, name: str, kb: KernelBackend, outcome: LoopOutcome,
         model=outcome.models, turns=len(outcome.transcript), tokens=outcome.tokens,
         seconds=round(time.monotonic() - started, 3), kernel=kernel, compile=outcome.compile,
         verify=outcome.verify, profile=profile, transcript=outcome.transcript, reasons=reasons,
+        optimize_chain=outcome.optimize_chain,
     )

@@ -52,6 +52,11 @@ def provenance_header(result: ConversionResult, *, sha: str | None, repo: str | 
         f"date: {when}",
         f"calling convention: {result.calling_convention}",
     ]
+    model = result.profile.model if result.profile is not None else {}
+    if "time_us" in model:
+        lines.append(f"modelled time: {model['time_us']} us, roofline fraction "
+                     f"{model.get('roofline_fraction')}, bottleneck {model.get('critical_engine')}"
+                     f" ({model.get('label')})")
     if result.kernel is not None and result.kernel.args:
         args = ", ".join(
             f"{a.name} {a.shape} {a.dtype}"

@@ -38,6 +38,8 @@ class PublishPlan:
     base: str
     pr_title: str
     pr_body: str
+    #: A verified kernel that misses the repo's performance requirement opens as a draft.
+    draft: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ def plan_publication(job: Job, result: ConversionResult, *, output_dir: str,
     return PublishPlan(
         repo=job.repo, branch=f"nki/{target_slug(job.target)}", parent_sha=job.sha,
         files=files, base=pr_base(job), pr_title=f"nkibot: {title(result)}", pr_body=body,
+        draft=result.requirements is not None and not result.requirements.met,
         message=f"nkibot: NKI kernel for {job.target}\n\nFrom {job.sha}; {title(result)}.",
     )
 
@@ -195,7 +198,7 @@ class Publisher:
             try:
                 made = await pulls.async_create(owner, name, title=plan.pr_title,
                                                 head=plan.branch, base=plan.base,
-                                                body=plan.pr_body)
+                                                body=plan.pr_body, draft=plan.draft)
                 return made.parsed_data.number, made.parsed_data.html_url, True
             except RequestFailed as exc:
                 # Another worker opened it between our list and create: update that one.

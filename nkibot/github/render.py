@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from nkibot.config.platform import describe_platform
-from nkibot.github.charts import baseline, charts
+from nkibot.github.charts import baseline, charts, utilisation_chart
 from nkibot.github.output import (
     ANNOTATIONS_PER_REQUEST,
     GITHUB_TEXT_LIMIT,
@@ -36,7 +36,9 @@ Conclusion = Literal["success", "failure", "neutral", "cancelled"]
 
 def conclusion(result: ConversionResult) -> Conclusion:
     if result.status == "verified":
-        return "success"
+        # A verified kernel that misses the repo's performance requirement is neutral.
+        unmet = result.requirements is not None and not result.requirements.met
+        return "neutral" if unmet else "success"
     if result.status == "compiled":
         return "neutral"
     if result.status == "cancelled":
@@ -113,6 +115,37 @@ def _counter(name: str, value: object) -> str:
     return f"{name} {value}"
 
 
+def optimize_table(result: ConversionResult) -> str:
+    """The optimize phase's chain: turn, time, change, kept (or why not)."""
+    rows = ["| turn | time (µs) | change | kept |", "|---:|---:|---|---|"]
+    for s in result.optimize_chain:
+        t = "-" if s.time_us is None else f"{s.time_us:.1f}"
+        kept = "yes" if s.kept else f"no: {s.reason}"
+        rows.append(f"| {s.turn} | {t} | {s.change.replace('|', '/')} | {kept} |")
+    sources = sorted({s.source for s in result.optimize_chain if s.source})
+    return "\n".join(rows) + (f"\n\nTimes: {'; '.join(sources)}." if sources else "")
+
+
+def performance_section(result: ConversionResult) -> str:
+    """The cost model's figures, labelled; on hardware beside the measured time."""
+    profile = result.profile
+    model = profile.model if profile is not None else {}
+    if profile is None or not model or "time_us" not in model:
+        return ""
+    lines = [f"Modelled device time: **{model['time_us']} µs** ({model.get('label')}).",
+             f"Roofline fraction: {float(str(model.get('roofline_fraction', 0))):.1%} "
+             f"({model.get('roofline_bound')}-bound lower bound {model.get('roofline_us')} µs); "
+             f"bottleneck engine: {model.get('critical_engine')}; DMA "
+             f"{model.get('dma_transfers')} transfers, {model.get('dma_bytes')} bytes, "
+             f"efficiency {model.get('dma_efficiency')}."]
+    ratio = profile.model_ratio
+    if profile.hardware and ratio is not None:
+        lines.append(f"Measured against modelled: the model's estimate is {ratio:.2f}× the "
+                     f"measured p50 on {profile.measured_on}.")
+    chart = utilisation_chart(result)
+    return "\n\n".join(lines + ([chart] if chart else []))
+
+
 def latency_section(result: ConversionResult) -> str:
     where = where_measured(result)
     profile = result.profile
@@ -156,6 +189,15 @@ def summary(result: ConversionResult) -> str:
         parts.append(f"### Verification ({passed}/{len(result.verify.trials)} trials passed)\n"
                      + trials_table(result.verify.trials))
     parts.append("### Latency\n" + latency_section(result))
+    perf = performance_section(result)
+    if perf:
+        parts.append("### Performance\n" + perf)
+    if result.optimize_chain:
+        parts.append("### Optimize\n" + optimize_table(result))
+    if result.requirements is not None:
+        req = result.requirements
+        mark = "met" if req.met else "**not met** (the pull request opens as a draft)"
+        parts.append(f"### Requirements\n`{req.requirement}`: {mark}. {req.detail}.")
     parts.append("### Run\n" + run_table(result))
     if result.kernel is not None:
         parts.append(f"Calling convention: {result.calling_convention}")

@@ -22,6 +22,11 @@ def merged_options(config: RepoConfig, options: JobOptions) -> JobOptions:
         shapes=list(options.shapes),
         reprofile_only=options.reprofile_only,
         reference=options.reference,
+        optimize_turns=(options.optimize_turns if options.optimize_turns is not None
+                        else config.optimize_turns),
+        min_speedup=options.min_speedup or config.requirements.min_speedup,
+        min_roofline_fraction=(options.min_roofline_fraction
+                               or config.requirements.min_roofline_fraction),
     )
 
 

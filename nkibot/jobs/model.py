@@ -26,6 +26,9 @@ class JobOptions(BaseModel):
     reprofile_only: bool = False
     #: The PyTorch reference (`path::Name`) a CUDA or Triton target must match.
     reference: str | None = None
+    optimize_turns: int | None = None
+    min_speedup: float | None = None
+    min_roofline_fraction: float | None = None
 
 
 class Trigger(BaseModel):

@@ -196,7 +196,9 @@ async def run_conversion(task: Task, settings: Settings, job: Job, *, core_id: i
         task, settings=settings, model=job.options.model or settings.model,
         backend=job.options.backend or settings.backend, turns=job.options.turns,
         on_turn=on_turn, should_stop=should_stop, target=job.target, on_stage=on_stage,
-        core_id=core_id, platform=job_platform(job, settings))
+        core_id=core_id, platform=job_platform(job, settings),
+        optimize_turns=job.options.optimize_turns, min_speedup=job.options.min_speedup,
+        min_roofline_fraction=job.options.min_roofline_fraction)
 
 
 def job_platform(job: Job, settings: Settings,

@@ -142,10 +142,15 @@ def _to_numpy(result: Any, state: RunState, where: str = "result",
 
 
 def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-        lnc: int = 1) -> Any:
-    """Run every logical core of one launch serially; errors point at the kernel line."""
+        lnc: int = 1, cost: Any = None, numerics: bool = True) -> Any:
+    """Run every logical core of one launch serially; errors point at the kernel line.
+
+    `cost`: a cost-model recorder fed at every instruction (see `nkibot.sim.cost`);
+    `numerics=False` skips the matmul arithmetic (the cost model's cost-only mode).
+    """
     target = launch_target()
     state = RunState(lnc, target)
+    state.cost, state.numerics = cost, numerics
     buffer = MemoryRegion.shared_hbm if lnc > 1 else MemoryRegion.private_hbm
     tensors = tuple(_to_tensor(a, buffer, i) for i, a in enumerate(args))
     targs = {k: _to_tensor(v, buffer, -1) for k, v in kwargs.items()}
@@ -156,6 +161,8 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
         with np.errstate(all="ignore"):
             for pid in range(lnc):
                 state.program, state.shared_cursor = pid, 0
+                if cost is not None and pid:
+                    cost.next_core()  # each logical core has its own engines and queues
                 results.append(fn(*tensors, **targs))
     except SimError:
         raise

@@ -26,7 +26,7 @@ import numpy as np
 
 from nkibot.sim import dtypes
 from nkibot.sim.errors import fail
-from nkibot.sim.state import MemoryTracker
+from nkibot.sim.state import MemoryTracker, current
 
 Arr = np.ndarray[Any, Any]
 _shares = cast(Any, np.shares_memory)  # its stubs only admit max_work -1 or 0
@@ -137,6 +137,8 @@ class Group:
         self.key = key
 
     def run(self) -> None:
+        if not current().numerics:
+            return  # the cost model's cost-only mode: these values are never observed
         if len(self.pairs) == 1:
             product = self.pairs[0][0].T @ self.pairs[0][1]
         else:

@@ -212,7 +212,7 @@ def create_pull(d: GitHubDouble, r: Req) -> Response:
         return err(422, f"A pull request already exists for {head_repo.owner}:{branch}.")
     number = max([0, *repo.issues]) + 1
     pr = Pull(number, branch, head_repo.full_name, base, str(body.get("title", "")),
-              str(body.get("body") or ""), user="nkibot[bot]")
+              str(body.get("body") or ""), user="nkibot[bot]", draft=bool(body.get("draft")))
     repo.pulls[number] = pr
     repo.issues[number] = {"title": pr.title, "body": pr.body, "user": pr.user}
     return ok(_pull_json(d, repo.full_name, pr), 201)

@@ -49,7 +49,7 @@ def pull(repo: Repo, head_repo: Repo, pr: Pull) -> dict[str, Any]:
     base_sha = repo.resolve(pr.base_ref) or "0" * 40
     return skeleton(m.PullRequest, {
         "id": 20_000 + pr.number, "number": pr.number, "state": pr.state,
-        "title": pr.title, "body": pr.body, "user": user(pr.user), "draft": False,
+        "title": pr.title, "body": pr.body, "user": user(pr.user), "draft": pr.draft,
         "merged": False, "locked": False,
         "html_url": f"https://github.com/{repo.full_name}/pull/{pr.number}",
         "head": {"ref": pr.head_ref, "sha": head_sha, "label": f"{head_repo.owner}:{pr.head_ref}",

@@ -32,6 +32,7 @@ class Pull:
     body: str
     state: str = "open"
     user: str = "octocat"
+    draft: bool = False
 
 
 @dataclass

@@ -79,6 +79,7 @@ from nkibot.sim.isa.select import (
     topk,
 )
 from nkibot.sim.isa.tensor import nc_matmul, nc_transpose
+from nkibot.sim.issue import instrument
 from nkibot.sim.language.objects import NKIObject
 from nkibot.sim.state import current
 
@@ -124,3 +125,7 @@ __all__ = [
     "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan", "topk", "unknown_engine",
     "vector_engine",
 ]
+
+
+# Every public instruction reports its operands to the cost model (see issue.py).
+instrument(globals(), __all__)

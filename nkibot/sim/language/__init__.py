@@ -25,6 +25,7 @@ from nkibot.sim.dtypes import (
     uint32,
 )
 from nkibot.sim.errors import fail
+from nkibot.sim.issue import instrument
 from nkibot.sim.language.core import (
     affine_range,
     device_print,
@@ -305,3 +306,7 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+
+# Every public instruction reports its operands to the cost model (see issue.py).
+instrument(globals(), __all__)

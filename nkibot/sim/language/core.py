@@ -152,8 +152,30 @@ def ds(start: int, size: int) -> DynSlice:
     return DynSlice(start, size)
 
 
-def affine_range(start: int, stop: int | None = None, step: int = 1) -> range:
-    return range(start) if stop is None else range(start, stop, step)
+class _Loop:
+    """An `nl` loop: a range whose every iteration starts a new tile scope.
+
+    A tile declared in a loop body lives for one iteration (the compiler recycles it);
+    the epoch lets the allocator release the previous iteration's tile from that line.
+    """
+
+    __slots__ = ("r",)
+
+    def __init__(self, r: range) -> None:
+        self.r = r
+
+    def __len__(self) -> int:
+        return len(self.r)
+
+    def __iter__(self) -> Iterator[int]:
+        st = current()
+        for i in self.r:
+            st.loop_epoch += 1
+            yield i
+
+
+def affine_range(start: int, stop: int | None = None, step: int = 1) -> _Loop:
+    return _Loop(range(start) if stop is None else range(start, stop, step))
 
 
 sequential_range = affine_range
