@@ -19,7 +19,8 @@ BINARY: frozenset[str] = frozenset({
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "gt", "ge", "lt", "le", "eq", "ne",
 })
 REDUCE: frozenset[str] = frozenset({"rsum", "rmax", "rmin", "rprod"})
-OTHER: frozenset[str] = frozenset({"where", "view", "transpose", "matmul", "slice", "iota"})
+OTHER: frozenset[str] = frozenset({"where", "view", "transpose", "matmul", "slice", "iota",
+                                   "conv"})
 PRIMITIVES: frozenset[str] = UNARY | BINARY | REDUCE | OTHER
 
 

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from nkibot.convert.models.lowering.builder import nl_dtype
+from nkibot.convert.models.lowering.conv import emit_conv
 from nkibot.convert.models.lowering.ir import Graph
 from nkibot.convert.models.lowering.layout import (
     TOTAL,
@@ -76,7 +77,9 @@ def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
                                     "as a () view")
             kernel.body.line(f"{out.var} = nl.ndarray({out.shape or (1,)!r}, "
                              f"dtype={nl_dtype(out.dtype)}, buffer=nl.shared_hbm)")
-        if any(op.op == "matmul" for op in res.ops):
+        if any(op.op == "conv" for op in res.ops):
+            emit_conv(res, outputs, kernel)
+        elif any(op.op == "matmul" for op in res.ops):
             emit_matmul(res, outputs, kernel)
         else:
             pl = _place_any(res, [o.name for o in outputs])

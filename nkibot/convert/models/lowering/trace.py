@@ -19,7 +19,12 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from nkibot.convert.models.lowering import composite, losses, reductions  # noqa: F401 - register handlers
+from nkibot.convert.models.lowering import (  # noqa: F401 - register handlers
+    composite,
+    convops,
+    losses,
+    reductions,
+)
 from nkibot.convert.models.lowering.decompose import HANDLERS
 from nkibot.convert.models.lowering.ir import Graph, Leaf, Ref
 from nkibot.convert.models.lowering.modules import module_call
