@@ -70,6 +70,18 @@ def _conv(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
                            _param(state, target, "bias")], extra
 
 
+def _max_pool(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
+    n = type(m).__name__[-2]
+    return f"max_pool{n}d", [args[0], m.kernel_size, m.stride, m.padding, m.dilation,
+                             m.ceil_mode, m.return_indices], {}
+
+
+def _avg_pool(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
+    n = type(m).__name__[-2]
+    return f"avg_pool{n}d", [args[0], m.kernel_size, m.stride, m.padding, m.ceil_mode,
+                             m.count_include_pad, getattr(m, "divisor_override", None)], {}
+
+
 def _dropout(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
     if m.training and m.p > 0:
         return "dropout_training", args, {}
@@ -87,6 +99,8 @@ _MODULES: dict[str, Callable[..., Call]] = {
     "InstanceNorm3d": _instance_norm, "GroupNorm": _group_norm,
     "Conv1d": _conv, "Conv2d": _conv, "Conv3d": _conv, "ConvTranspose1d": _conv,
     "ConvTranspose2d": _conv, "ConvTranspose3d": _conv,
+    "MaxPool1d": _max_pool, "MaxPool2d": _max_pool, "MaxPool3d": _max_pool,
+    "AvgPool1d": _avg_pool, "AvgPool2d": _avg_pool, "AvgPool3d": _avg_pool,
     "Dropout": _dropout, "Flatten": _flatten, "Identity": _simple("identity"),
     "ReLU": _simple("relu"), "Sigmoid": _simple("sigmoid"), "Tanh": _simple("tanh"),
     "GELU": _simple("gelu", "approximate"), "SiLU": _simple("silu"), "Mish": _simple("mish"),

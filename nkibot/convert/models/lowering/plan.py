@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from nkibot.convert.models.lowering.builder import nl_dtype
 from nkibot.convert.models.lowering.conv import emit_conv
 from nkibot.convert.models.lowering.ir import Graph
+from nkibot.convert.models.lowering.pool import emit_pool
 from nkibot.convert.models.lowering.layout import (
     TOTAL,
     LayoutError,
@@ -77,7 +78,9 @@ def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
                                     "as a () view")
             kernel.body.line(f"{out.var} = nl.ndarray({out.shape or (1,)!r}, "
                              f"dtype={nl_dtype(out.dtype)}, buffer=nl.shared_hbm)")
-        if any(op.op == "conv" for op in res.ops):
+        if any(op.op == "pool" for op in res.ops):
+            emit_pool(res, outputs, kernel)
+        elif any(op.op == "conv" for op in res.ops):
             emit_conv(res, outputs, kernel)
         elif any(op.op == "matmul" for op in res.ops):
             emit_matmul(res, outputs, kernel)

@@ -63,3 +63,31 @@ class TestConvSource:
         assert "self.conv" in lowered.source
         assert lowered.source.count("nisa.dma_copy(dst=w_sb") == 1
         assert "nisa.nc_matmul(acc" in lowered.source
+
+
+POOLS = {
+    "max1d": ("nn.MaxPool1d(8, stride=1, padding=4, dilation=3)", (2, 5, 70)),
+    "max2d": ("nn.MaxPool2d(3, stride=2, padding=1, dilation=2)", (2, 3, 21, 18)),
+    "max2d_ceil": ("nn.MaxPool2d(3, stride=2, ceil_mode=True)", (2, 3, 20, 17)),
+    "max3d": ("nn.MaxPool3d(3, stride=2, padding=1)", (1, 3, 9, 10, 7)),
+    "avg1d": ("nn.AvgPool1d(4, stride=2, padding=1)", (3, 50, 41)),
+    "avg2d": ("nn.AvgPool2d(3)", (2, 70, 20, 19)),
+    "avg3d": ("nn.AvgPool3d(3, stride=2, padding=1)", (2, 3, 8, 9, 7)),
+    "rows_ragged": ("nn.MaxPool2d(2)", (3, 50, 8, 8)),
+}
+
+
+class TestPoolOnSim:
+    @pytest.mark.parametrize("name", sorted(POOLS))
+    def test_fp32_matches_torch(self, name: str) -> None:
+        """Max/avg pooling with stride, padding, dilation and ceil_mode matches PyTorch."""
+        ctor, shape = POOLS[name]
+        src = module_source("self.pool(x)", init=f"        self.pool = {ctor}")
+        check_on_sim(make_task(src, [shape]))
+
+    @pytest.mark.parametrize("name", ["max2d", "avg1d"])
+    def test_bf16_matches_torch(self, name: str) -> None:
+        """bf16 rows are pooled in an fp32 plane and stored back as bf16."""
+        ctor, shape = POOLS[name]
+        src = module_source("self.pool(x)", init=f"        self.pool = {ctor}")
+        check_on_sim(make_task(src, [shape], "bfloat16"))
