@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from nkibot.convert.models.lowering.builder import nl_dtype
 from nkibot.convert.models.lowering.conv import emit_conv
 from nkibot.convert.models.lowering.ir import Graph
-from nkibot.convert.models.lowering.pool import emit_pool
 from nkibot.convert.models.lowering.layout import (
     TOTAL,
     LayoutError,
@@ -19,6 +18,7 @@ from nkibot.convert.models.lowering.layout import (
     resolve,
 )
 from nkibot.convert.models.lowering.matmul import emit_matmul
+from nkibot.convert.models.lowering.pool import emit_pool
 from nkibot.convert.models.lowering.rowwise import Kernel, Output, emit_rowwise
 
 
