@@ -20,7 +20,7 @@ BINARY: frozenset[str] = frozenset({
 })
 REDUCE: frozenset[str] = frozenset({"rsum", "rmax", "rmin", "rprod"})
 OTHER: frozenset[str] = frozenset({"where", "view", "transpose", "matmul", "slice", "iota",
-                                   "conv", "pool"})
+                                   "conv", "pool", "scan", "flip"})
 PRIMITIVES: frozenset[str] = UNARY | BINARY | REDUCE | OTHER
 
 

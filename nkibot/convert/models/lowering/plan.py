@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from nkibot.convert.models.lowering.builder import nl_dtype
 from nkibot.convert.models.lowering.conv import emit_conv
-from nkibot.convert.models.lowering.ir import Graph
+from nkibot.convert.models.lowering.ir import Graph, Ref
 from nkibot.convert.models.lowering.layout import (
     TOTAL,
     LayoutError,
@@ -20,6 +20,7 @@ from nkibot.convert.models.lowering.layout import (
 from nkibot.convert.models.lowering.matmul import emit_matmul
 from nkibot.convert.models.lowering.pool import emit_pool
 from nkibot.convert.models.lowering.rowwise import Kernel, Output, emit_rowwise
+from nkibot.convert.models.lowering.scan import emit_scan
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,15 @@ class Declined:
 
     unsupported: list[str]
     reason: str
+
+
+def prune(graph: Graph) -> Graph:
+    """The graph without ops no output needs (a flip folded into a scan leaves its own)."""
+    needed = {ref.name for ref in graph.outputs}
+    for op in reversed(graph.ops):
+        if op.name in needed:
+            needed |= {a.name for a in op.args if isinstance(a, Ref)}
+    return Graph(graph.leaves, [op for op in graph.ops if op.name in needed], graph.outputs)
 
 
 def kernel_name(entry: str) -> str:
@@ -67,6 +77,7 @@ def _place_any(res: Resolved, outputs: list[str]) -> Placement:
 def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
     if not graph.outputs:
         return Declined([], "the forward returns no tensor")
+    graph = prune(graph)
     try:
         res = resolve(graph)
         kernel = Kernel()
@@ -78,7 +89,9 @@ def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
                                     "as a () view")
             kernel.body.line(f"{out.var} = nl.ndarray({out.shape or (1,)!r}, "
                              f"dtype={nl_dtype(out.dtype)}, buffer=nl.shared_hbm)")
-        if any(op.op == "pool" for op in res.ops):
+        if any(op.op == "scan" for op in res.ops):
+            emit_scan(res, outputs, kernel)
+        elif any(op.op == "pool" for op in res.ops):
             emit_pool(res, outputs, kernel)
         elif any(op.op == "conv" for op in res.ops):
             emit_conv(res, outputs, kernel)

@@ -24,6 +24,7 @@ from nkibot.convert.models.lowering import (  # noqa: F401 - register handlers
     convops,
     losses,
     reductions,
+    scanops,
 )
 from nkibot.convert.models.lowering.decompose import HANDLERS
 from nkibot.convert.models.lowering.ir import Graph, Leaf, Ref
