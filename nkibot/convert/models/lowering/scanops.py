@@ -1,8 +1,8 @@
 """torch scans -> the `scan` primitive: cumsum/cumprod, reversed by flips, masked by a product.
 
 `torch.cumsum(x.flip(d), d).flip(d)` is a reverse scan: the scan of a flip is the flip of
-a reverse scan (`flipped`), and a flip of a scan along its dim toggles `flipped`. `cumsum(x * mask)` of two
-inputs becomes a masked scan that multiplies while loading.
+a reverse scan (`flipped`), and a flip of a scan along its dim toggles `flipped`.
+`cumsum(x * mask)` of two inputs becomes a masked scan that multiplies while loading.
 """
 
 from __future__ import annotations
