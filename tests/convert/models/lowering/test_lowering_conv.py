@@ -116,3 +116,14 @@ class TestScanOnSim:
         """bf16 inputs scan in fp32 and store bf16."""
         check_on_sim(make_task(module_source("torch.cumsum(x, dim=-1)"), [(4, 150)], "bfloat16"),
                      tol=0.1)
+
+
+class TestArgReductionOnSim:
+    @pytest.mark.parametrize(("expr", "shape"), [
+        ("torch.argmax(x, dim=1)", (6, 70, 33)),
+        ("torch.argmin(x, dim=-1)", (130, 90)),
+        ("torch.argmax(x, dim=2, keepdim=True)", (3, 5, 40)),
+    ])
+    def test_indices_match_torch(self, expr: str, shape: tuple[int, ...]) -> None:
+        """The first index of the extreme value, returned by the int32 convention."""
+        check_on_sim(make_task(module_source(expr), [shape]), tol=0.0)
