@@ -50,6 +50,7 @@ class Outcome:
     dma_bytes: int = 0
     min_bytes: int = 0
     shrunk: str = ""
+    lower_s: float = 0.0  # the lowering's own decision time (trace + plan + emit)
 
     @property
     def traffic(self) -> float | None:
@@ -125,6 +126,13 @@ async def convert_one(path: Path, root: Path, entry: str, model: str, backend: s
                            f"inputs stay over {max_elements} elements ({note})", shrunk=note)
         try:
             task = await asyncio.to_thread(load_task, load_path, entry, display_path=str(path))
+            decided = time.monotonic()
+            declined = await asyncio.to_thread(_lowering_declines, task) if (
+                model == "lowering") else None
+            lower_s = time.monotonic() - decided
+            if declined is not None:
+                return Outcome(str(path), category, "declined", time.monotonic() - started, 0,
+                               declined[:200], shrunk=note, lower_s=lower_s)
             result = await convert(task, settings=Settings(), model=model, backend=backend)
         except TaskLoadError as exc:
             return Outcome(str(path), category, "failed", time.monotonic() - started, 0,
@@ -137,7 +145,19 @@ async def convert_one(path: Path, root: Path, entry: str, model: str, backend: s
     dma = stats.get("dma_bytes", 0)
     return Outcome(str(path), category, result.status, time.monotonic() - started,
                    result.tokens.total, reason, int(dma) if isinstance(dma, int) else 0,
-                   least, note)
+                   least, note, lower_s)
+
+
+def _lowering_declines(task: object) -> str | None:
+    """The lowering's decline reason, decided before the reference runs (None: it lowers).
+
+    Runs the lowering in this process (it executes the task file, as the shrinking does):
+    a decline costs no reference run and its time is the lowering's alone.
+    """
+    from nkibot.convert.models.lowering import Declined, lower_task
+
+    result = lower_task(task)  # type: ignore[arg-type]
+    return f"the lowering declined: {result.reason}" if isinstance(result, Declined) else None
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -145,7 +165,7 @@ def table(outcomes: list[Outcome]) -> str:
     for o in outcomes:
         groups[o.category].append(o)
     head = (f"| {'category':<14} | tasks | verified | declined | failed | too big | "
-            "mean s/task | tokens |")
+            "mean s/task | slowest decline s | tokens |")
     lines = [head, "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"]
     for name in [*sorted(groups), "all"]:
         rows = outcomes if name == "all" else groups[name]
@@ -153,10 +173,12 @@ def table(outcomes: list[Outcome]) -> str:
                  for s in ("verified", "declined", "too_big")}
         failed = len(rows) - sum(count.values())
         mean = sum(o.seconds for o in rows) / max(len(rows), 1)
+        declines = [o.lower_s for o in rows if o.status == "declined"]
+        slowest = f"{max(declines):.2f}" if declines else "-"
         tokens = sum(o.tokens for o in rows)
         lines.append(f"| {name:<14} | {len(rows):>5} | {count['verified']:>8} | "
                      f"{count['declined']:>8} | {failed:>6} | {count['too_big']:>7} | "
-                     f"{mean:>11.1f} | {tokens:>6} |")
+                     f"{mean:>11.1f} | {slowest:>17} | {tokens:>6} |")
     return "\n".join(lines)
 
 
@@ -185,6 +207,8 @@ async def run(args: argparse.Namespace) -> list[Outcome]:
         outcomes.append(outcome)
         note = f"  ({outcome.reason})" if outcome.status != "verified" and outcome.reason else ""
         ratio = f"  traffic {outcome.traffic:.2f}x" if outcome.traffic else ""
+        if outcome.status == "declined":
+            ratio = f"  (lowering {outcome.lower_s:.2f}s)"
         print(f"{outcome.status:<9} {outcome.seconds:6.1f}s  {outcome.category:<14} "
               f"{path.relative_to(root)}{ratio}{note}", flush=True)
         if args.json:  # written as it goes: an interrupted run keeps what it measured

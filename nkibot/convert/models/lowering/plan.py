@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -38,6 +39,27 @@ class Declined:
 
     unsupported: list[str]
     reason: str
+
+
+#: Output bytes the CPU simulator can hold next to the inputs and the reference's copies
+#: (its sandbox has 8 GiB): larger outputs are declined before anything is allocated.
+SIM_OUTPUT_BUDGET = 512 * 1024 * 1024
+ITEMSIZE = {"float32": 4, "int32": 4, "int64": 4, "bfloat16": 2, "float16": 2, "int16": 2}
+
+
+def _too_big(graph: Graph) -> str:
+    sizes = []
+    for ref in graph.outputs:
+        found = graph.leaf(ref.name) or graph.op(ref.name)
+        if found is not None:
+            sizes.append((found.shape, math.prod(found.shape) * ITEMSIZE.get(found.dtype, 1)))
+    total = sum(n for _, n in sizes)
+    if total <= SIM_OUTPUT_BUDGET:
+        return ""
+    shapes = ", ".join("x".join(map(str, shape)) for shape, _ in sizes)
+    return (f"the outputs ({shapes}) take {total / 2**30:.1f} GiB, over the simulator's "
+            f"memory budget of {SIM_OUTPUT_BUDGET // 2**20} MiB: pass smaller input shapes "
+            "with --shape NAME=DIMSxDTYPE (e.g. halve the dims that size the output)")
 
 
 def prune(graph: Graph) -> Graph:
@@ -78,6 +100,9 @@ def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
     if not graph.outputs:
         return Declined([], "the forward returns no tensor")
     graph = prune(graph)
+    too_big = _too_big(graph)
+    if too_big:
+        return Declined([], too_big)
     try:
         res = resolve(graph)
         kernel = Kernel()

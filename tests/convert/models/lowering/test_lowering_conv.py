@@ -127,3 +127,18 @@ class TestArgReductionOnSim:
     def test_indices_match_torch(self, expr: str, shape: tuple[int, ...]) -> None:
         """The first index of the extreme value, returned by the int32 convention."""
         check_on_sim(make_task(module_source(expr), [shape]), tol=0.0)
+
+
+class TestBigOutputs:
+    def test_declined_before_allocating_with_a_shape_hint(self) -> None:
+        """A 32768 x 32768 fp32 product (4 GiB) is declined fast, naming --shape."""
+        import time
+
+        from nkibot.convert.models.lowering import Declined, lower_task
+
+        task = make_task(module_source("torch.matmul(x, y)", "x, y"), [(32768, 64), (64, 32768)])
+        started = time.monotonic()
+        result = lower_task(task)
+        assert isinstance(result, Declined)
+        assert "--shape" in result.reason and "4.0 GiB" in result.reason
+        assert time.monotonic() - started < 2.0
