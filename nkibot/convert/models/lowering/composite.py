@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import math
 
-from nkibot.convert.models.lowering.decompose import get, out_shape, register, tensor
+from nkibot.convert.models.lowering.decompose import (
+    HANDLERS,
+    Handler,
+    get,
+    out_shape,
+    register,
+    tensor,
+)
 from nkibot.convert.models.lowering.ir import Arg, Ref
 from nkibot.convert.models.lowering.reductions import vector_norm
 from nkibot.convert.models.lowering.sink import Sink, Unsupported, norm_dims
@@ -207,3 +214,34 @@ def _addmm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     beta, alpha = get(a, k, 3, "beta", 1), get(a, k, 4, "alpha", 1)
     y = s.mul(s.emit("matmul", x, w, shape=out_shape(k)), alpha)  # type: ignore[arg-type]
     return s.add(y, s.mul(bias, beta), last=True)  # type: ignore[arg-type]
+
+
+def _triangle(op: str) -> Handler:
+    def handle(s: Sink, a: list[object], k: dict[str, object]) -> object:
+        x = tensor(a[0])
+        if len(s.shape(x)) != 2:
+            raise Unsupported(f"aten.{op}.default", "a batch of matrices")
+        diagonal = int(str(get(a, k, 1, "diagonal", 0)))
+        return s.emit(op, x, shape=s.shape(x), last=True, diagonal=diagonal)
+    return handle
+
+
+HANDLERS.update(triu=_triangle("triu"), tril=_triangle("tril"))
+
+
+@register("einsum")
+def _einsum(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    """Einsums that are one matmul: `...l,lk->...k` (a batch of rows times one matrix) and
+    `...ij,...jk->...ik`."""
+    equation = str(a[0]).replace(" ", "")
+    operands = a[1:] if len(a) > 2 else list(a[1]) if isinstance(a[1], list | tuple) else []
+    if len(operands) != 2 or "->" not in equation:
+        raise Unsupported("aten.einsum.default", f"equation {equation!r}")
+    (left, right), out = equation.split("->")[0].split(","), equation.split("->")[1]
+    x, y = tensor(operands[0]), tensor(operands[1])
+    shared = len(right) == 2 and left[-1] == right[0] and out == left[:-1] + right[1]
+    batched = (len(left) == len(right) == len(out) >= 2 and left[:-2] == right[:-2] == out[:-2]
+               and left[-1] == right[-2] and out[-2:] == left[-2] + right[-1])
+    if not (shared or batched) or len(set(left)) != len(left):
+        raise Unsupported("aten.einsum.default", f"equation {equation!r} is not one matmul")
+    return s.emit("matmul", x, y, shape=out_shape(k), last=True)

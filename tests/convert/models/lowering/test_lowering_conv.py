@@ -142,3 +142,17 @@ class TestBigOutputs:
         assert isinstance(result, Declined)
         assert "--shape" in result.reason and "4.0 GiB" in result.reason
         assert time.monotonic() - started < 2.0
+
+
+class TestMoreMatmulsOnSim:
+    def test_einsum_4d_tensor_matrix(self) -> None:
+        """torch.einsum('bijl,lk->bijk') is one matmul over the folded rows."""
+        check_on_sim(make_task(module_source("torch.einsum('bijl,lk->bijk', x, y)", "x, y"),
+                               [(2, 3, 50, 40), (40, 70)]), tol=2e-3)
+
+    @pytest.mark.parametrize("expr", ["torch.triu(torch.matmul(x, y))",
+                                      "torch.tril(torch.matmul(x, y), diagonal=-1)",
+                                      "torch.triu(x + y, 2)"])
+    def test_triangular(self, expr: str) -> None:
+        """triu/tril keep the elements on the right side of the diagonal, ragged tiles too."""
+        check_on_sim(make_task(module_source(expr, "x, y"), [(200, 200), (200, 200)]), tol=2e-3)
