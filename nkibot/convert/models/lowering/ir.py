@@ -80,6 +80,8 @@ class Graph:
     leaves: list[Leaf] = field(default_factory=list)
     ops: list[Op] = field(default_factory=list)
     outputs: list[Ref] = field(default_factory=list)
+    #: Python scalar forward arguments, folded in as compile-time constants (name -> value).
+    constants: dict[str, Scalar] = field(default_factory=dict)
 
     def leaf(self, name: str) -> Leaf | None:
         return next((leaf for leaf in self.leaves if leaf.name == name), None)

@@ -115,6 +115,8 @@ _MODULES: dict[str, Callable[..., Call]] = {
     "HuberLoss": _simple("huber_loss", "reduction", "delta"),
     "KLDivLoss": _simple("kl_div", "reduction", "log_target"),
     "CosineSimilarity": _simple("cosine_similarity", "dim", "eps"),
+    "TripletMarginLoss": _simple("triplet_margin_loss", "margin", "p", "eps", "swap",
+                                 "reduction"),
 }
 
 

@@ -68,7 +68,8 @@ def prune(graph: Graph) -> Graph:
     for op in reversed(graph.ops):
         if op.name in needed:
             needed |= {a.name for a in op.args if isinstance(a, Ref)}
-    return Graph(graph.leaves, [op for op in graph.ops if op.name in needed], graph.outputs)
+    return Graph(graph.leaves, [op for op in graph.ops if op.name in needed], graph.outputs,
+                 graph.constants)
 
 
 def kernel_name(entry: str) -> str:
@@ -144,6 +145,9 @@ def _module_source(graph: Graph, entry: str, fn: str, kernel: Kernel, outputs: l
         f"Source ops: {', '.join(ops) or 'none'}.",
         f"Calling convention: {fn}({args}) -> {', '.join(o.var for o in outputs)}: forward "
         "inputs, then state_dict tensors.",
+        *([f"Compile-time constants (Python scalar forward arguments, not kernel arguments): "
+           f"{', '.join(f'{k} = {v!r}' for k, v in graph.constants.items())}."]
+          if graph.constants else []),
         "All arithmetic runs in fp32 tiles of at most 128 partitions.",
         '"""',
         "",

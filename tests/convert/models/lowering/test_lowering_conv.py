@@ -156,3 +156,29 @@ class TestMoreMatmulsOnSim:
     def test_triangular(self, expr: str) -> None:
         """triu/tril keep the elements on the right side of the diagonal, ragged tiles too."""
         check_on_sim(make_task(module_source(expr, "x, y"), [(200, 200), (200, 200)]), tol=2e-3)
+
+
+class TestScalarArguments:
+    def test_python_scalar_is_a_compile_time_constant(self) -> None:
+        """forward(A, s) with s a float: s is folded in, recorded, and not a kernel argument."""
+        from nkibot.task import InputSpec, Task, describe_kernel_args
+
+        task = Task(reference_source=module_source("x * s", "x, s"), entry_point="Model",
+                    inputs=[InputSpec(name="x", shape=(130, 70)),
+                            InputSpec(name="s", shape=(), value=3.5)])
+        lowered = lower_ok(task)
+        assert "s = 3.5" in lowered.source and "def model_kernel(x):" in lowered.source
+        assert [a.name for a in describe_kernel_args(task)] == ["x"]
+        import numpy as np
+        from tests.convert.models.lowering.lowering_support import simulate
+        x = np.random.default_rng(0).standard_normal((130, 70)).astype(np.float32)
+        (got,) = simulate(lowered.source, lowered.function, [x])
+        np.testing.assert_allclose(np.asarray(got), x * 3.5, rtol=1e-6)
+
+
+class TestLossesOnSim:
+    def test_triplet_margin_loss(self) -> None:
+        """nn.TripletMarginLoss: two row distances, a hinge, and a mean over the batch."""
+        src = module_source("self.loss(x, y, z)", "x, y, z",
+                            init="        self.loss = nn.TripletMarginLoss(margin=1.0)")
+        check_on_sim(make_task(src, [(200, 96)] * 3))
