@@ -170,6 +170,7 @@ class TestScalarArguments:
         assert "s = 3.5" in lowered.source and "def model_kernel(x):" in lowered.source
         assert [a.name for a in describe_kernel_args(task)] == ["x"]
         import numpy as np
+
         from tests.convert.models.lowering.lowering_support import simulate
         x = np.random.default_rng(0).standard_normal((130, 70)).astype(np.float32)
         (got,) = simulate(lowered.source, lowered.function, [x])
