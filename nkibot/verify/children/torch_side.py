@@ -111,7 +111,7 @@ def describe(request: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "error": {"type": "ReferenceProblem", "message": str(exc)}}
     names = _param_names(model)
     get_inputs = getattr(module, "get_inputs", None)
-    inputs = None
+    inputs: list[dict[str, Any]] | None = None
     if callable(get_inputs):
         torch.manual_seed(0)
         values = list(get_inputs())

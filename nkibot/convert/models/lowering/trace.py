@@ -217,7 +217,7 @@ def trace_graph(task: Task) -> tuple[Graph, list[str]]:
         raise TraceError(f"torch.fx could not trace {task.entry_point}: {first}") from exc
     params = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, spec in zip(params, task.inputs, strict=False):
-        if spec.is_constant:  # a Python scalar: folded into the kernel as a constant
+        if spec.value is not None:  # a Python scalar: folded into the kernel as a constant
             graph.constants[str(node.target)] = spec.value
             continue
         graph.leaves.append(Leaf(sanitize(str(node.target), taken), tuple(spec.shape),
