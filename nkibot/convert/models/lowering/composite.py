@@ -74,11 +74,24 @@ def _layer_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     count = len(normalized) if isinstance(normalized, list | tuple) else 1
     dims = tuple(range(rank - count, rank))
     eps = float(get(a, k, 4, "eps", 1e-5))  # type: ignore[arg-type]
+    weight, bias = get(a, k, 2, "weight"), get(a, k, 3, "bias")
+    if math.prod(s.shape(x)[rank - count:]) > BLOCK_ROWS:
+        return _blocknorm(s, x, weight, bias, kind="layer", eps=eps, count=count)
     centred = s.sub(x, s.mean(x, dims, True))
     var = s.mean(s.emit("square", centred), dims, True)
-    weight, bias = get(a, k, 2, "weight"), get(a, k, 3, "bias")
     y = s.mul(centred, s.emit("rsqrt", s.add(var, eps)), last=weight is None and bias is None)
     return _affine(s, y, weight, bias, None)
+
+
+#: Normalised rows longer than this go to the block emitter (norm.py), not one row a tile.
+BLOCK_ROWS = 4096
+
+
+def _blocknorm(s: Sink, x: Arg, weight: object, bias: object, **attrs: object) -> Arg:
+    params = [tensor(p) for p in (weight, bias) if p is not None]
+    if weight is None and bias is not None:
+        raise Unsupported("aten.native_layer_norm.default", "a bias without a weight")
+    return s.emit("blocknorm", x, *params, shape=s.shape(x), last=True, **attrs)
 
 
 @register("rms_norm")
@@ -144,9 +157,9 @@ def _group_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     shape = s.shape(x)
     groups = int(get(a, k, 1, "num_groups"))  # type: ignore[call-overload]
     weight, bias = get(a, k, 2, "weight"), get(a, k, 3, "bias")
-    if weight is not None or bias is not None:
-        raise Unsupported("aten.native_group_norm.default", "affine group norm layout")
     eps = float(get(a, k, 4, "eps", 1e-5))  # type: ignore[arg-type]
+    if weight is not None or bias is not None or math.prod(shape[1:]) // groups > BLOCK_ROWS:
+        return _blocknorm(s, x, weight, bias, kind="group", eps=eps, groups=groups)
     grouped = s.emit("view", x, shape=(shape[0], groups, math.prod(shape[1:]) // groups))
     centred = s.sub(grouped, s.mean(grouped, (2,), True))
     var = s.mean(s.emit("square", centred), (2,), True)

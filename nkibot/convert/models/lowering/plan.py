@@ -19,6 +19,7 @@ from nkibot.convert.models.lowering.layout import (
     resolve,
 )
 from nkibot.convert.models.lowering.matmul import emit_matmul
+from nkibot.convert.models.lowering.norm import emit_blocknorm
 from nkibot.convert.models.lowering.pool import emit_pool
 from nkibot.convert.models.lowering.rowwise import Kernel, Output, emit_rowwise
 from nkibot.convert.models.lowering.scan import emit_scan
@@ -115,7 +116,9 @@ def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
                                     "as a () view")
             kernel.body.line(f"{out.var} = nl.ndarray({out.shape or (1,)!r}, "
                              f"dtype={nl_dtype(out.dtype)}, buffer=nl.shared_hbm)")
-        if any(op.op == "scan" for op in res.ops):
+        if any(op.op == "blocknorm" for op in res.ops):
+            emit_blocknorm(res, outputs, kernel)
+        elif any(op.op == "scan" for op in res.ops):
             emit_scan(res, outputs, kernel)
         elif any(op.op == "pool" for op in res.ops):
             emit_pool(res, outputs, kernel)

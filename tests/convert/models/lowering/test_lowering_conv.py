@@ -183,3 +183,19 @@ class TestLossesOnSim:
         src = module_source("self.loss(x, y, z)", "x, y, z",
                             init="        self.loss = nn.TripletMarginLoss(margin=1.0)")
         check_on_sim(make_task(src, [(200, 96)] * 3))
+
+
+class TestBlockNormOnSim:
+    @pytest.mark.parametrize(("ctor", "shape"), [
+        ("nn.LayerNorm((16, 24, 20))", (3, 16, 24, 20)),
+        ("nn.LayerNorm(5000, elementwise_affine=False)", (4, 5000)),
+        ("nn.GroupNorm(4, 12)", (3, 12, 30, 20)),
+        ("nn.GroupNorm(2, 6, affine=False)", (2, 6, 2000)),
+    ])
+    def test_matches_torch(self, ctor: str, shape: tuple[int, ...]) -> None:
+        """Blocks over several partitions: totals via a ones matmul, centred variance."""
+        init = f"        self.norm = {ctor}"
+        if "affine=False" not in ctor:
+            init += ("\n        nn.init.normal_(self.norm.weight)\n"
+                     "        nn.init.normal_(self.norm.bias)")
+        check_on_sim(make_task(module_source("self.norm(x)", init=init), [shape]))
