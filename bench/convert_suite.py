@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/shrink.py, run as a script
-from shrink import minimum_bytes, shrink_source
+from shrink import meta_task, minimum_bytes, shrink_source
 
 CATEGORY = re.compile(r"^#\s*category:\s*(\S+)", re.MULTILINE)
 
@@ -107,6 +107,36 @@ def _shrunk_copy(path: Path, scratch: Path, max_elements: int | None
     return path, note, fits, least
 
 
+def lower_only(path: Path, root: Path, entry: str, max_elements: int | None) -> Outcome:
+    """The lowering's decision alone (lowered / declined, and its time): no verification."""
+    from nkibot.convert.models.lowering import Declined, lower_task
+
+    category = category_of(path, root)
+    started = time.monotonic()
+    source = path.read_text(encoding="utf-8", errors="replace")
+    note, fits = "", True
+    try:
+        if max_elements is not None:
+            shrunk = shrink_source(source, max_elements)
+            note = ", ".join(f"{k}={a}->{b}" for k, (a, b) in shrunk.changed.items())
+            source, fits = shrunk.source, shrunk.fits
+        if not fits:
+            return Outcome(str(path), category, "too_big", 0.0, 0, "inputs stay too big")
+        task = meta_task(source, str(path), entry)
+        decided = time.monotonic()
+        result = lower_task(task)
+    except Exception as exc:  # the suite reports crashes, it does not stop on them
+        return Outcome(str(path), category, "failed", time.monotonic() - started, 0,
+                       f"crash: {type(exc).__name__}: {exc}", shrunk=note)
+    lower_s = time.monotonic() - decided
+    if isinstance(result, Declined):
+        return Outcome(str(path), category, "declined", time.monotonic() - started, 0,
+                       f"the lowering declined: {result.reason}"[:200], shrunk=note,
+                       lower_s=lower_s)
+    return Outcome(str(path), category, "lowered", time.monotonic() - started, 0,
+                   f"{len(result.source.splitlines())} lines", shrunk=note, lower_s=lower_s)
+
+
 async def convert_one(path: Path, root: Path, entry: str, model: str, backend: str,
                       max_elements: int | None = None) -> Outcome:
     from nkibot.config.settings import Settings
@@ -164,20 +194,22 @@ def table(outcomes: list[Outcome]) -> str:
     groups: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         groups[o.category].append(o)
-    head = (f"| {'category':<14} | tasks | verified | declined | failed | too big | "
+    head = (f"| {'category':<14} | tasks | verified | lowered (unverified) | declined | "
+            "failed | too big | "
             "mean s/task | slowest decline s | tokens |")
     lines = [head, "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"]
     for name in [*sorted(groups), "all"]:
         rows = outcomes if name == "all" else groups[name]
         count = {s: sum(1 for o in rows if o.status == s)
-                 for s in ("verified", "declined", "too_big")}
+                 for s in ("verified", "declined", "too_big", "lowered")}
         failed = len(rows) - sum(count.values())
         mean = sum(o.seconds for o in rows) / max(len(rows), 1)
         declines = [o.lower_s for o in rows if o.status == "declined"]
         slowest = f"{max(declines):.2f}" if declines else "-"
         tokens = sum(o.tokens for o in rows)
         lines.append(f"| {name:<14} | {len(rows):>5} | {count['verified']:>8} | "
-                     f"{count['declined']:>8} | {failed:>6} | {count['too_big']:>7} | "
+                     f"{count['lowered']:>20} | {count['declined']:>8} | {failed:>6} | "
+                     f"{count['too_big']:>7} | "
                      f"{mean:>11.1f} | {slowest:>17} | {tokens:>6} |")
     return "\n".join(lines)
 
@@ -202,8 +234,11 @@ async def run(args: argparse.Namespace) -> list[Outcome]:
     root = Path(args.dir)
     outcomes = []
     for path in task_files(root, args.entry, args.match):
-        outcome = await convert_one(path, root, args.entry, args.model, args.backend,
-                                    args.max_input_elements)
+        if args.lower_only:
+            outcome = lower_only(path, root, args.entry, args.max_input_elements)
+        else:
+            outcome = await convert_one(path, root, args.entry, args.model, args.backend,
+                                        args.max_input_elements)
         outcomes.append(outcome)
         note = f"  ({outcome.reason})" if outcome.status != "verified" and outcome.reason else ""
         ratio = f"  traffic {outcome.traffic:.2f}x" if outcome.traffic else ""
@@ -228,12 +263,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entry", default="Model", help="class to convert in each file")
     parser.add_argument("--match", default=None, help="only paths matching this regex")
     parser.add_argument("--json", default=None, help="also write per-task outcomes here")
+    parser.add_argument("--lower-only", action="store_true",
+                        help="only the lowering's decision (lowered/declined), no verification")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                        help="print the table of earlier --json files (later ones win)")
     parser.add_argument("--max-input-elements", type=int, default=None, metavar="N",
                         help="convert a copy with size constants halved until every input "
                              "has at most N elements (e.g. 4194304 for the simulator)")
     args = parser.parse_args(argv)
     if not Path(args.dir).is_dir():
         parser.error(f"{args.dir} is not a folder")
+    if args.merge:
+        merged: dict[str, Outcome] = {}
+        for name in args.merge:
+            for row in json.loads(Path(name).read_text()):
+                row.pop("traffic", None)
+                merged[row["path"]] = Outcome(**row)
+        print(table(list(merged.values())))
+        print(traffic_summary(list(merged.values())))
+        return 0
     started = time.monotonic()
     outcomes = asyncio.run(run(args))
     print()

@@ -125,3 +125,32 @@ def minimum_bytes(source: str, entry: str = "Model") -> int:
     tensors += list(out) if isinstance(out, tuple | list) else [out]
     return sum(math.prod(t.shape) * min(t.element_size(), 4) for t in tensors
                if isinstance(t, torch.Tensor))
+
+
+def meta_task(source: str, path: str, entry: str = "Model") -> Any:
+    """A Task for `source` built in this process from get_inputs() under the meta device.
+
+    Mirrors what `load_task` learns in the sandbox (inputs, Python scalars as constants,
+    init args, state_dict), without running anything at full size: for `--lower-only`.
+    """
+    import torch
+
+    from nkibot.task import InputSpec, Task
+
+    _, namespace = _sizes(source)
+    with torch.device("meta"):
+        get_init = namespace.get("get_init_inputs")
+        init = list(get_init()) if callable(get_init) else []
+        values = list(namespace["get_inputs"]())
+        model = namespace[entry](*init)
+    names = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
+             torch.int64: "int64", torch.int32: "int32", torch.bool: "bool",
+             torch.float64: "float32"}
+    specs = [InputSpec(name=f"in{i}", shape=(), dtype="float32", value=v)
+             if not isinstance(v, torch.Tensor) else
+             InputSpec(name=f"in{i}", shape=tuple(v.shape), dtype=names.get(v.dtype, "float32"))
+             for i, v in enumerate(values)]
+    state = [InputSpec(name=k, shape=tuple(v.shape), dtype=names.get(v.dtype, "float32"))
+             for k, v in model.state_dict().items()]
+    return Task(reference_source=source, entry_point=entry, source_path=path, init_args=init,
+                inputs=specs, has_get_inputs=True, state_dict=state)

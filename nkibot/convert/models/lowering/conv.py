@@ -128,21 +128,48 @@ def emit_conv(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     x_leaf, w_leaf = res.graph.leaf(x), res.graph.leaf(w)
     assert x_leaf is not None and w_leaf is not None
     spec = conv_spec(op, x_leaf.shape, w_leaf.shape)
-    _check(spec, x_leaf.dtype)
+    slab = _check(spec, x_leaf.dtype)
     compute = nl_dtype(x_leaf.dtype) if x_leaf.dtype in ("bfloat16", "float16") and (
         w_leaf.dtype == x_leaf.dtype) else "nl.float32"
-    tile_fn = _emit_tile_helper(kernel, spec, bias is not None, outputs[0].dtype)
-    _emit_body(kernel, spec, x, w, bias, outputs[0], tile_fn, compute)
+    tile_fn = _emit_tile_helper(kernel, spec, bias is not None, outputs[0].dtype, slab is not None)
+    if slab is not None:
+        slab_fn = _emit_slab_helper(kernel, spec, bias is not None, tile_fn, compute, slab)
+        tile_fn = ""
+    _emit_body(kernel, spec, x, w, bias, outputs[0], tile_fn or slab_fn, compute, slab)
 
 
-def _check(spec: ConvSpec, dtype: str) -> None:
+def _check(spec: ConvSpec, dtype: str) -> tuple[int, ...] | None:
+    """None when the whole plane fits SBUF, else the output tiles of its slab mode."""
     if spec.cin_g > PMAX:
         raise LayoutError(f"convolution with {spec.cin_g} input channels per group (the "
                           f"contraction is tiled up to {PMAX})")
-    plane = math.prod(d.plane for d in spec.dims) + spec.cout_g * spec.taps
-    if plane * 4 > PLANE_BUDGET:
+    room = PLANE_BUDGET // 4 - spec.cout_g * spec.taps
+    plane = math.prod(d.plane for d in spec.dims)
+    if plane <= room:
+        return None
+    # slab mode: a band of the first spatial dim per output tile (its halo included)
+    tiles = list(_tiles(spec))
+    d0, rest = spec.dims[0], math.prod(d.plane for d in spec.dims[1:])
+    while tiles[0] > 1 and _slab(d0, tiles[0]) * rest > room:
+        tiles[0] = max(1, tiles[0] // 2)
+    if _slab(d0, tiles[0]) * rest > room:
         raise LayoutError(f"convolution plane of {plane} elements per partition exceeds the "
-                          f"SBUF budget ({PLANE_BUDGET // 1024} KiB)")
+                          f"SBUF budget ({PLANE_BUDGET // 1024} KiB) even one output row at a "
+                          "time")
+    return tuple(tiles)
+
+
+def _slab(d: Dim, rows: int) -> int:
+    """Plane rows that `rows` output rows read."""
+    return (rows - 1) * d.step + (d.taps - 1) * d.dil + 1
+
+
+def _band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
+    """(first input row, count, slab row it lands on) for output rows z0..z0+zsz."""
+    lo, hi = z0 * d.step, z0 * d.step + _slab(d, zsz)
+    first = max(0, -((d.lead - lo) // d.up))
+    last = min(d.size_in - 1, (hi - 1 - d.lead) // d.up)
+    return first, max(0, last - first + 1), first * d.up + d.lead - lo
 
 
 def _sp(spec: ConvSpec) -> list[str]:
@@ -150,7 +177,7 @@ def _sp(spec: ConvSpec) -> list[str]:
 
 
 def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None, out: Output,
-               tile_fn: str, compute: str) -> None:
+               tile_fn: str, compute: str, slab: tuple[int, ...] | None = None) -> None:
     body, g_, cin_g, cout_g, taps = kernel.body, spec.groups, spec.cin_g, spec.cout_g, spec.taps
     ins = ", ".join(str(d.size_in) for d in spec.dims)
     outs = ", ".join(str(d.size_out) for d in spec.dims)
@@ -173,6 +200,17 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     body.line("nisa.dma_copy(dst=w_sb, src=w_v[g])")
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
+    if slab is not None:
+        d0 = spec.dims[0]
+        body.comment(f"bands of {slab[0]} output rows; each loads the input rows it reads")
+        head = "x_v, w_sb, " + ("b_v, " if bias is not None else "") + "out_v, n, g"
+        for z0 in range(0, d0.size_out, slab[0]):
+            zsz = min(slab[0], d0.size_out - z0)
+            first, count, start = _band(d0, z0, zsz)
+            body.line(f"{tile_fn}({head}, {z0}, {zsz}, {first}, {count}, {start})")
+        body.dedent()
+        body.dedent()
+        return
     what = "zero-inserted, padded" if spec.transposed else "zero-padded"
     body.comment(f"the {what} input plane of batch n, group g: loaded once")
     body.line(f"x_sb = nl.ndarray(({cin_g}, {plane}), dtype={compute}, buffer=nl.sbuf)")
@@ -198,7 +236,8 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     body.dedent()
 
 
-def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str) -> str:
+def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
+                      banded: bool = False) -> str:
     fn = kernel.names.fresh("conv_tile")
     blk = Block(depth=1)
     sp = _sp(spec)
@@ -212,8 +251,10 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
                       if i < len(taps) - 1 else k for i, k in enumerate(taps))
     tap = f"{spec.taps - 1} - ({flat})" if spec.transposed else flat
     windows = []
-    for v, k, d in zip(sp, taps, spec.dims, strict=True):
-        start = f"{v}0 * {d.step} + {k} * {d.dil}" if d.step > 1 else f"{v}0 + {k} * {d.dil}"
+    for i, (v, k, d) in enumerate(zip(sp, taps, spec.dims, strict=True)):
+        origin = f"({v}0 - z0)" if banded and i == 0 else f"{v}0"
+        start = f"{origin} * {d.step} + {k} * {d.dil}" if d.step > 1 else (
+            f"{origin} + {k} * {d.dil}")
         step = f":{d.step}" if d.step > 1 else ""
         stop = f"({v}sz - 1) * {d.step} + 1" if d.step > 1 else f"{v}sz"
         windows.append(f"{start}:{start} + {stop}{step}")
@@ -233,10 +274,43 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     index = ", ".join(f"nl.ds({v}0, {v}sz)" for v in sp)
     blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {index}], res)")
     args = ", ".join(f"{v}0, {v}sz" for v in sp)
-    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"
+    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g" + (", z0" if banded else "")
     kernel.helpers.append([
         f"def {fn}({head}, c0, csz, {args}):",
         '    """Output channels c0..c0+csz (of group g) at one tile of output positions."""',
         *blk.lines,
     ])
+    return fn
+
+
+def _emit_slab_helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: str,
+                      tiles: tuple[int, ...]) -> str:
+    """A band of output rows z0..z0+zsz: load the input rows it reads, then its tiles."""
+    fn = kernel.names.fresh("conv_band")
+    blk = Block(depth=1)
+    d0, rest = spec.dims[0], spec.dims[1:]
+    plane = ", ".join([str(_slab(d0, tiles[0])), *(str(d.plane) for d in rest)])
+    blk.line(f"x_sb = nl.ndarray(({spec.cin_g}, {plane}), dtype={compute}, buffer=nl.sbuf)")
+    blk.line("nisa.memset(dst=x_sb, value=0.0)")
+    placed = [d.placed() for d in rest]
+    step = f":{d0.up}" if d0.up > 1 else ""
+    dst = ", ".join([f"j0:j0 + (icount - 1) * {d0.up} + 1{step}"] + [
+        f"{start}:{start + (count - 1) * d.up + 1}" + (f":{d.up}" if d.up > 1 else "")
+        for d, (_, count, start) in zip(rest, placed, strict=True)])
+    src = ", ".join(["nl.ds(i0, icount)"] + [f"{first}:{first + count}"
+                                              for first, count, _ in placed])
+    blk.line("if icount > 0:  # a band wholly in the padding reads no input")
+    blk.line(f"    nisa.dma_copy(dst=x_sb[0:{spec.cin_g}, {dst}], "
+             f"src=x_v[n, g, 0:{spec.cin_g}, {src}])")
+    sp = _sp(spec)
+    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g, z0"
+    fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
+    axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
+        sp[1:], rest, tiles[1:], strict=True)]
+    emit_grid(blk, axes, f"{tile_fn}({params}, {fields})", "affine_range",
+              {sp[0]: ("z0", "zsz")})  # type: ignore[dict-item]
+    head = "x_v, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"
+    kernel.helpers.append([f"def {fn}({head}, z0, zsz, i0, icount, j0):",
+                           '    """Output rows z0..z0+zsz: input rows i0..i0+icount land at '
+                           'band row j0."""', *blk.lines])
     return fn

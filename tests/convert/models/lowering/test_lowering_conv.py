@@ -33,6 +33,10 @@ CONVS = {
     "tconv2d_strided_grouped": ("nn.ConvTranspose2d(8, 6, (3, 4), stride=(2, 3), padding=(1, 2),"
                                 " groups=2, dilation=(2, 1))", (1, 8, 7, 9)),
     "tconv3d": ("nn.ConvTranspose3d(4, 4, 3, stride=2, padding=1, bias=False)", (1, 4, 4, 5, 6)),
+    # planes over the SBUF budget: bands of output rows, each loading its input rows
+    "banded2d": ("nn.Conv2d(3, 8, 5, stride=2, padding=3)", (1, 3, 190, 181)),
+    "banded3d": ("nn.Conv3d(2, 4, 3, padding=1)", (1, 2, 20, 60, 30)),
+    "banded_tconv2d": ("nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1)", (1, 2, 90, 100)),
 }
 
 
