@@ -203,3 +203,12 @@ class TestBlockNormOnSim:
             init += ("\n        nn.init.normal_(self.norm.weight)\n"
                      "        nn.init.normal_(self.norm.bias)")
         check_on_sim(make_task(module_source("self.norm(x)", init=init), [shape]))
+
+    def test_weights_stay_resident_across_row_tiles(self) -> None:
+        """nn.Linear's weight is transposed once per panel block, not once per M tile."""
+        src = module_source("self.fc(x)", init="        self.fc = nn.Linear(300, 200)")
+        lowered = lower_ok(make_task(src, [(700, 300)]))
+        assert "tiling: b-panel" in lowered.source
+        assert lowered.source.count("b_blk = nl.load") == 1  # only in panel_block
+        assert "def panel_block" in lowered.source
+        check_on_sim(make_task(src, [(700, 300)]), tol=2e-3)
