@@ -212,3 +212,22 @@ class TestBlockNormOnSim:
         assert lowered.source.count("b_blk = nl.load") == 1  # only in panel_block
         assert "def panel_block" in lowered.source
         check_on_sim(make_task(src, [(700, 300)]), tol=2e-3)
+
+
+class TestStaticRules:
+    @pytest.mark.parametrize("task", [
+        conv_task("tconv2d_strided_grouped"), conv_task("banded2d"),
+        make_task(module_source("self.pool(x)", init="        self.pool = nn.AvgPool2d(3)"),
+                  [(2, 3, 20, 19)]),
+        make_task(module_source("torch.cumprod(x, dim=1)"), [(4, 300)]),
+        make_task(module_source("torch.argmin(x, dim=1)"), [(4, 30, 7)]),
+        make_task(module_source("self.norm(x)", init="        self.norm = nn.GroupNorm(2, 4)"),
+                  [(2, 4, 50, 50)]),
+        make_task(module_source("self.fc(x)", init="        self.fc = nn.Linear(30, 20)"),
+                  [(200, 30)]),
+    ], ids=["tconv", "banded", "avgpool", "cumprod", "argmin", "groupnorm", "linear"])
+    def test_generated_kernels_pass_the_guards(self, task) -> None:
+        """Every new emitter writes plain nki/nl/nisa code the static rules accept."""
+        from nkibot.verify.guards import static_check
+
+        assert static_check(lower_ok(task).source) == []
