@@ -1,8 +1,10 @@
 """Simulator speed: each conformance kernel on the NKI CPU simulator vs its NumPy reference.
 
-Run: `python bench/sim_speed.py [--reps 3] [--small] [--threads 1]`. Prints best-of-reps
-seconds for the simulator and the reference, their ratio, and the geometric mean of the
-ratios (target: <= 5x). Both sides run in this one process with the same BLAS thread count
+Run: `python bench/sim_speed.py [--reps 3] [--small] [--threads 1] [--cost-model]`. Prints
+best-of-reps seconds for the simulator and the reference, their ratio, and the geometric
+mean of the ratios (target: <= 5x). `--cost-model` also times each kernel with the cost
+model recording (full numerics, as a verify run with the model on) and prints the overhead
+(target: <= 25%). Both sides run in this one process with the same BLAS thread count
 (threadpoolctl; the OpenBLAS environment variables are left alone).
 """
 
@@ -22,7 +24,7 @@ from threadpoolctl import threadpool_limits
 
 from nkibot.sim import activate
 
-CONFORMANCE = Path(__file__).resolve().parent.parent / "tests" / "runner" / "sim" / \
+CONFORMANCE = Path(__file__).resolve().parent.parent / "tests" / "sim" / \
     "conformance_kernels.py"
 
 
@@ -80,10 +82,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--small", action="store_true", help="quarter-size inputs")
+    parser.add_argument("--cost-model", action="store_true",
+                        help="also time the simulator with the cost model on")
     parser.add_argument("--threads", type=int, default=1,
                         help="BLAS threads for both sides (default 1: stable on shared hosts)")
     opts = parser.parse_args()
-    ratios = []
+    ratios: list[float] = []
+    overheads: list[float] = []
     print(f"BLAS threads: {opts.threads} (simulator and reference alike)")
     with activate(force=True), threadpool_limits(limits=opts.threads, user_api="blas"):
         import nki
@@ -96,8 +101,27 @@ def main() -> None:
             err = float(np.max(np.abs(got.astype(np.float32) - want.astype(np.float32))))
             ratios.append(t_sim / t_ref)
             print(f"{name:10s} {t_sim:9.4f} {t_ref:9.4f} {t_sim / t_ref:7.2f}  {err:.2e}")
+            if opts.cost_model:
+                t_cost, _ = best_of(opts.reps, _with_model(kernels[name]), args)
+                overheads.append(t_cost / t_sim)
+                print(f"{'':10s} with cost model {t_cost:9.4f} s: "
+                      f"+{100 * (t_cost / t_sim - 1):.1f}%")
     geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     print(f"geometric mean ratio: {geo:.2f}x (target <= 5x)")
+    if overheads:
+        over = math.exp(sum(math.log(r) for r in overheads) / len(overheads))
+        print(f"cost model overhead, geometric mean: +{100 * (over - 1):.1f}% (target <= 25%)")
+
+
+def _with_model(kernel: Any) -> Callable[..., Any]:
+    """The kernel run with a cost-model recorder attached (numerics on)."""
+    from nkibot.sim.cost import Recorder, target
+    from nkibot.sim.runtime import run
+
+    def go(*args: Any) -> Any:
+        return run(kernel.fn, args, {}, 1, cost=Recorder(target("trn1")))
+
+    return go
 
 
 if __name__ == "__main__":

@@ -109,7 +109,20 @@ class ProfileResult(BaseModel):
     kernel_device_time: Latency | None = None
     #: Simulator instruction counts / DMA bytes, when the simulator ran it.
     sim_stats: dict[str, object] = Field(default_factory=dict)
+    #: The cost model's figures (`nkibot.sim.cost.CostReport.as_dict()`), each under its
+    #: "label": "model estimate (<target>), not a measurement". On hardware they stand
+    #: beside the measured p50/p99 (`model_ratio`), a calibration record of the model.
+    model: dict[str, object] = Field(default_factory=dict)
     log: str = ""
+
+    @property
+    def model_ratio(self) -> float | None:
+        """Modelled / measured device time (p50), when both exist."""
+        us = self.model.get("time_us")
+        lat = self.kernel_device_time or self.kernel
+        if not isinstance(us, int | float) or lat is None or not lat.p50_us:
+            return None
+        return float(us) / lat.p50_us
 
 
 class TokenUsage(BaseModel):
@@ -170,6 +183,31 @@ class KernelInfo(BaseModel):
     source: str = ""
 
 
+class OptimizeStep(BaseModel):
+    """One step of the optimize phase: a verified kernel's time and whether it was kept."""
+
+    turn: int
+    time_us: float | None = None
+    #: Where `time_us` comes from: "model estimate (trn1), not a measurement" or the
+    #: hardware the p50 was measured on.
+    source: str = ""
+    #: The change, as the model named it (first line of its reply).
+    change: str = ""
+    kept: bool = False
+    #: Why a candidate was not kept ("did not verify", "not faster: ...").
+    reason: str = ""
+
+
+class RequirementsCheck(BaseModel):
+    """The repo's performance requirement against a verified kernel (see handlers)."""
+
+    requirement: str  # e.g. "min_roofline_fraction 0.5"
+    met: bool
+    actual: float | None = None
+    wanted: float
+    detail: str = ""
+
+
 class ConversionResult(BaseModel):
     """What `nkibot convert` prints with --json, and what the renderers draw from."""
 
@@ -188,4 +226,8 @@ class ConversionResult(BaseModel):
     profile: ProfileResult | None = None
     transcript: list[TurnRecord] = Field(default_factory=list)
     reasons: list[str] = Field(default_factory=list)
+    #: The optimize phase after the first verified kernel (empty when it did not run).
+    optimize_chain: list[OptimizeStep] = Field(default_factory=list)
+    #: The repo's performance requirement, when it sets one and a kernel verified.
+    requirements: RequirementsCheck | None = None
     calling_convention: str = CALLING_CONVENTION

@@ -92,8 +92,11 @@ class SimBackend:
                  memory_mb: int = 4096, verify_timeout_s: float | None = None,
                  skip_static: bool = False, device: str | None = None,
                  extra_env: dict[str, str] | None = None,
-                 runner: Callable[..., SandboxOutcome] = run_sandboxed) -> None:
+                 runner: Callable[..., SandboxOutcome] = run_sandboxed,
+                 cost_target: str = "trn1") -> None:
         self.function = function
+        #: The generation the cost model estimates for in `profile` (labelled as such).
+        self.cost_target = cost_target
         # The neuron backend reuses this verifier with device="neuron": same trials and
         # guards, the kernel run by the real nki on the pinned NeuronCore.
         self.device = device
@@ -140,8 +143,8 @@ class SimBackend:
             return CompileResult(ok=False, log=str(exc), backend=self.name, diagnostics=[
                 Diagnostic(rule="no-kernel", message=str(exc), file=self.kernel_file)])
         with tempfile.TemporaryDirectory(prefix="nkibot-compile-") as tmp:
-            reply = self._run(src, function, self._random_request(task),
-                              task.compile_timeout_s, Path(tmp))
+            request = {**self._random_request(task), "cost_model": self.cost_target}
+            reply = self._run(src, function, request, task.compile_timeout_s, Path(tmp))
         seconds = time.monotonic() - started
         response = reply.response
         if response is None:
@@ -242,12 +245,13 @@ class SimBackend:
         except KernelSourceError as exc:
             return ProfileResult(hardware=False, measured_on=MEASURED_ON, log=str(exc))
         with tempfile.TemporaryDirectory(prefix="nkibot-profile-") as tmp:
-            reply = self._run(src, function, self._random_request(task),
-                              task.compile_timeout_s, Path(tmp))
+            request = {**self._random_request(task), "cost_model": self.cost_target}
+            reply = self._run(src, function, request, task.compile_timeout_s, Path(tmp))
         response = reply.response
         if response is None or response.get("error"):
             why = sandbox_reason(reply) if response is None else str(response["error"])
             return ProfileResult(hardware=False, measured_on=MEASURED_ON, log=why[:1000])
         return ProfileResult(hardware=False, measured_on=MEASURED_ON,
                              sim_stats=dict(response.get("stats") or {}),
+                             model=dict(response.get("model") or {}),
                              log=f"simulator: {response.get('simulator')}")

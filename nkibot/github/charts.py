@@ -80,5 +80,25 @@ def latency_chart(result: ConversionResult) -> str | None:
     ])
 
 
+def utilisation_chart(result: ConversionResult) -> str | None:
+    """Modelled busy fraction per engine (the cost model's, labelled as an estimate)."""
+    profile = result.profile
+    util = profile.model.get("utilisation") if profile is not None else None
+    if profile is None or not isinstance(util, dict) or not util:
+        return None
+    names = ", ".join(f'"{k}"' for k in util)
+    values = ", ".join(_num(100.0 * float(v)) for v in util.values())
+    return "\n".join([
+        "```mermaid",
+        "xychart-beta",
+        f'    title "Engine utilisation, % of modelled time ({profile.model.get("label")})"',
+        f"    x-axis [{names}]",
+        '    y-axis "percent busy" 0 --> 100',
+        f"    bar [{values}]",
+        "```",
+    ])
+
+
 def charts(result: ConversionResult) -> list[str]:
+    # The utilisation chart sits in the Performance section (render.performance_section).
     return [c for c in (convergence_chart(result), latency_chart(result)) if c is not None]

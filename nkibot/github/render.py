@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nkibot.github.charts import baseline, charts
+from nkibot.github.charts import baseline, charts, utilisation_chart
 from nkibot.github.output import (
     ANNOTATIONS_PER_REQUEST,
     GITHUB_TEXT_LIMIT,
@@ -107,6 +107,26 @@ def _counter(name: str, value: object) -> str:
     return f"{name} {value}"
 
 
+def performance_section(result: ConversionResult) -> str:
+    """The cost model's figures, labelled; on hardware beside the measured time."""
+    profile = result.profile
+    model = profile.model if profile is not None else {}
+    if profile is None or not model or "time_us" not in model:
+        return ""
+    lines = [f"Modelled device time: **{model['time_us']} µs** ({model.get('label')}).",
+             f"Roofline fraction: {float(str(model.get('roofline_fraction', 0))):.1%} "
+             f"({model.get('roofline_bound')}-bound lower bound {model.get('roofline_us')} µs); "
+             f"bottleneck engine: {model.get('critical_engine')}; DMA "
+             f"{model.get('dma_transfers')} transfers, {model.get('dma_bytes')} bytes, "
+             f"efficiency {model.get('dma_efficiency')}."]
+    ratio = profile.model_ratio
+    if profile.hardware and ratio is not None:
+        lines.append(f"Measured against modelled: the model's estimate is {ratio:.2f}× the "
+                     f"measured p50 on {profile.measured_on}.")
+    chart = utilisation_chart(result)
+    return "\n\n".join(lines + ([chart] if chart else []))
+
+
 def latency_section(result: ConversionResult) -> str:
     where = where_measured(result)
     profile = result.profile
@@ -150,6 +170,9 @@ def summary(result: ConversionResult) -> str:
         parts.append(f"### Verification ({passed}/{len(result.verify.trials)} trials passed)\n"
                      + trials_table(result.verify.trials))
     parts.append("### Latency\n" + latency_section(result))
+    perf = performance_section(result)
+    if perf:
+        parts.append("### Performance\n" + perf)
     parts.append("### Run\n" + run_table(result))
     if result.kernel is not None:
         parts.append(f"Calling convention: {result.calling_convention}")

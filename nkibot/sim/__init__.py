@@ -88,7 +88,8 @@ from __future__ import annotations
 
 from nkibot.sim.errors import ConstraintError, KernelError, SimError
 from nkibot.sim.runtime import Kernel, activate, jit, run, simulate, stats
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 __all__ = [
     "ConstraintError",

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 import operator
+import sys
+import weakref
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nkibot.sim import dtypes
-from nkibot.sim.errors import fail
+from nkibot.sim.errors import SimError, fail
 from nkibot.sim.state import current
-from nkibot.sim.tensor import (
-    ON_CHIP,
-    PMAX,
-    PSUM_OTHER,
-    MemoryRegion,
-    NkiTensor,
-    _Allocation,
-)
+from nkibot.sim.storage import ON_CHIP, PMAX, PSUM_OTHER, MemoryRegion, handle, new_allocation
+from nkibot.sim.tensor import NkiTensor
 
 #: `fill=` for internal allocations that are completely written right away (skips the
 #: NaN/4 sentinel pass, which nobody could observe).
@@ -55,17 +53,60 @@ def allocate(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str 
         free = 1
         for s in shp[1:]:
             free *= s
-        nbytes = tracker.take(reg.value, free * dt.itemsize, shp, dt)
+        site = _site()
+        try:
+            nbytes = tracker.take(reg.value, free * dt.itemsize, shp, dt)
+        except SimError:
+            if not supersede(st, site):
+                raise
+            nbytes = tracker.take(reg.value, free * dt.itemsize, shp, dt)
     arr = np.empty(shp, dt)
     if fill is not OVERWRITTEN:
         arr.fill((np.nan if dtypes.is_float(dt) else 4) if fill is None else fill)
     state = np.zeros(shp, np.uint8) if reg is MemoryRegion.psum else None
     if state is not None and fill is not None and fill is not OVERWRITTEN:
         state.fill(PSUM_OTHER)
-    t = NkiTensor(arr, dt, reg, _Allocation(arr, reg, tracker, nbytes, state), state, name)
+    t = NkiTensor(new_allocation(arr, reg, tracker, nbytes, state, st), dt, reg, name)
+    if tracker is not None:
+        st.sites[site] = (st.loop_epoch, weakref.ref(t))
     if reg is MemoryRegion.shared_hbm:
         st.shared.append(t)
     return t
+
+
+_SIM_DIR = str(Path(__file__).resolve().parent)
+
+
+def _site() -> tuple[str, int]:
+    """The kernel source line that asked for this allocation (first frame outside sim)."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename.startswith(_SIM_DIR):
+        f = f.f_back  # type: ignore[assignment]
+    return (f.f_code.co_filename, f.f_lineno) if f is not None else ("", 0)
+
+
+def supersede(st: Any, site: tuple[str, int]) -> bool:
+    """On overflow: release the tile this line allocated in an earlier `nl` loop iteration.
+
+    NKI scopes a tile declared in a loop body to one iteration, so the previous
+    iteration's tile from the same line is dead even while the Python name still holds
+    it (rebinding happens only after the new allocation). A tile kept in a container
+    (a list of tiles across iterations) or made in the same iteration stays live. Only
+    called when an allocation would not fit, so the referrer scan is rare.
+    """
+    prev = st.sites.get(site)
+    if prev is None or prev[0] == st.loop_epoch:
+        return False
+    old_t = prev[1]()
+    if old_t is None or any(isinstance(r, list | tuple | dict | set)
+                            for r in gc.get_referrers(old_t)):
+        return False
+    old = handle(old_t).alloc
+    if old.tracker is None:
+        return False
+    old.tracker.give(old.region.value, old.nbytes)
+    old.tracker = None
+    return True
 
 
 def _shared_reuse(shared: list[Any], st: Any, shp: tuple[int, ...],
@@ -82,4 +123,4 @@ def _shared_reuse(shared: list[Any], st: Any, shp: tuple[int, ...],
 def wrap(arr: np.ndarray[Any, Any], buffer: MemoryRegion, name: str = "") -> NkiTensor:
     """An HBM tensor over a caller's array (writes land in the caller's array)."""
     dt = arr.dtype
-    return NkiTensor(arr, dt, buffer, _Allocation(arr, buffer, None, 0), None, name)
+    return NkiTensor(new_allocation(arr, buffer), dt, buffer, name)

@@ -94,6 +94,7 @@ BINARY: dict[str, Callable[[Arr, Arr], Arr]] = {
     "logical_xor": lambda a, b: np.logical_xor(a, b),
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "left_shift": np.left_shift, "right_shift": np.right_shift,
+    "average": lambda a, b: (a + b) * np.float32(0.5),
 }
 BITVEC = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "invert"}
 # Ops that run on the Scalar engine (activation table); the rest are Vector ALU ops.

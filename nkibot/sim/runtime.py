@@ -15,9 +15,9 @@ import numpy as np
 from nkibot.sim import dtypes, isa, language
 from nkibot.sim.alloc import wrap
 from nkibot.sim.errors import KernelError, SimError, fail
-from nkibot.sim.psum import settle
 from nkibot.sim.state import LAST, LOCAL, RunState
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion, values
+from nkibot.sim.tensor import NkiTensor
 
 _TARGET = ["trn1"]
 
@@ -42,7 +42,7 @@ class Kernel:
         return run(self.fn, args, kwargs, self.lnc)
 
 
-def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+def jit(fn: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """`@nki.jit` or `@nki.jit(...)`: options (mode, platform_target, ...) are accepted."""
     if fn is None:
         return lambda f: Kernel(f)
@@ -74,17 +74,21 @@ def _to_tensor(arg: Any, buffer: MemoryRegion, index: int) -> Any:
 
 def _to_numpy(result: Any) -> Any:
     if isinstance(result, NkiTensor):
-        settle(result._alloc)
-        return np.array(result._arr)
+        return np.array(values(result))
     if isinstance(result, tuple | list):
         return tuple(_to_numpy(r) for r in result)
     return result
 
 
 def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-        lnc: int = 1) -> Any:
-    """Run every logical core of one launch serially; errors point at the kernel line."""
+        lnc: int = 1, cost: Any = None, numerics: bool = True) -> Any:
+    """Run every logical core of one launch serially; errors point at the kernel line.
+
+    `cost`: a cost-model recorder fed at every instruction (see `nkibot.sim.cost`);
+    `numerics=False` skips the matmul arithmetic (the cost model's cost-only mode).
+    """
     state = RunState(lnc, _TARGET[0])
+    state.cost, state.numerics = cost, numerics
     buffer = MemoryRegion.shared_hbm if lnc > 1 else MemoryRegion.private_hbm
     tensors = tuple(_to_tensor(a, buffer, i) for i, a in enumerate(args))
     targs = {k: _to_tensor(v, buffer, -1) for k, v in kwargs.items()}
@@ -95,6 +99,8 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
         with np.errstate(all="ignore"):
             for pid in range(lnc):
                 state.program, state.shared_cursor = pid, 0
+                if cost is not None and pid:
+                    cost.next_core()  # each logical core has its own engines and queues
                 results.append(fn(*tensors, **targs))
     except SimError:
         raise

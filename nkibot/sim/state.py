@@ -98,11 +98,23 @@ class RunState:
         self.shared_cursor = 0
         #: Scalar/Vector engine accumulation registers, one per partition.
         self.regs: dict[str, np.ndarray[Any, Any]] = {}
+        #: The cost model's recorder (`nkibot.sim.cost`), fed at instruction issue; None
+        #: when the model is off, so the only cost then is this attribute test.
+        self.cost: Any = None
+        #: False in the cost model's cost-only mode: matmul groups are not computed (the
+        #: one O(K*M*N) numeric step); every other instruction still runs on NumPy.
+        self.numerics = True
+        #: Bumped at every iteration of an `nl` loop; with `sites`, the allocation made at
+        #: a source line in an earlier iteration (see `alloc.supersede`).
+        self.loop_epoch = 0
+        self.sites: dict[tuple[str, int], tuple[int, Any]] = {}
 
     def count(self, engine: str, elements: int) -> None:
         c = self.counters
         c.instructions[engine] += 1
         c.elements[engine] += elements
+        if self.cost is not None:
+            self.cost.count(engine, elements)
 
 
 class _Local(threading.local):

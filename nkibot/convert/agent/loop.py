@@ -24,6 +24,7 @@ from nkibot.logging import scrub
 from nkibot.results import (
     CompileResult,
     KernelArg,
+    OptimizeStep,
     Status,
     TokenUsage,
     TurnRecord,
@@ -48,6 +49,7 @@ class LoopOutcome:
     reasons: list[str] = field(default_factory=list)
     models: str = ""
     seconds: float = 0.0
+    optimize_chain: list[OptimizeStep] = field(default_factory=list)
 
 
 @dataclass
@@ -100,6 +102,12 @@ def _stop_reason(state: _State) -> tuple[Status, str] | None:
     if state.budget_turns >= state.max_turns and not state.router.is_precursor:
         return "failed", f"turn budget exhausted: {state.max_turns} turns without a verified kernel"
     return None
+
+
+def optimize_stop(state: _State) -> bool:
+    """The optimize phase ends on cancellation or a spent token/wall budget (not turns)."""
+    stop = _stop_reason(state)
+    return stop is not None and not stop[1].startswith("turn budget")
 
 
 def _wall_reason(state: _State) -> str:
@@ -194,8 +202,13 @@ async def run_loop(
     should_stop: Callable[[], bool] | None = None,
     kernel_args: list[KernelArg] | None = None,
     max_turns: int | None = None,
+    optimize_turns: int = 0,
 ) -> LoopOutcome:
-    """Run the compile-verify-fix loop for one task until verified or out of budget."""
+    """Run the compile-verify-fix loop for one task until verified or out of budget.
+
+    With `optimize_turns`, the first verified kernel is followed by up to that many turns
+    asking for a faster one (see optimize.py); the fastest verified kernel is the result.
+    """
     args = kernel_args or []
     system = prompts.system_prompt(task, args)
     state = _State(
@@ -206,6 +219,11 @@ async def run_loop(
         on_turn=on_turn, should_stop=should_stop,
     )
     status, reasons = await _turns(state)
+    chain: list[OptimizeStep] = []
+    if status == "verified" and optimize_turns > 0:
+        from nkibot.convert.agent import optimize
+
+        chain = await optimize.run(state, backend, optimize_turns)
     best = state.best
     if status not in ("cancelled", "declined") and best is not None and not best.verified:
         status = "compiled" if best.compiled else status
@@ -213,7 +231,7 @@ async def run_loop(
         status=status, transcript=state.transcript, tokens=state.tokens, reasons=reasons,
         best_source=best.code if best else None, compile=best.compile if best else None,
         verify=best.verify if best else None, models=router.models_used(),
-        seconds=round(time.monotonic() - state.started, 3),
+        seconds=round(time.monotonic() - state.started, 3), optimize_chain=chain,
     )
 
 

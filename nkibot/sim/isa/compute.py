@@ -13,6 +13,7 @@ from nkibot.sim.engines import (
     free_size,
     on_chip,
     read,
+    reduce_axes,
     same_elements,
     scalar_operand,
     write,
@@ -20,9 +21,9 @@ from nkibot.sim.engines import (
 from nkibot.sim.errors import fail
 from nkibot.sim.isa.enums import engine as _engine
 from nkibot.sim.isa.enums import reduce_cmd as _cmd
-from nkibot.sim.language.math import reduce_axes
 from nkibot.sim.state import current
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 Arr = np.ndarray[Any, Any]
 
@@ -34,7 +35,7 @@ def _int_only(name: str, *ts: NkiTensor) -> None:
 
 
 def tensor_tensor(dst: NkiTensor, data1: NkiTensor, data2: NkiTensor, op: Any,
-                  engine: Any = None, name: Any = None) -> None:
+                  engine: Any = _engine.unknown, name: Any = None) -> None:
     opname = "tensor_tensor"
     dst, data1, data2 = (on_chip(t, opname, r) for t, r in
                          ((dst, "dst"), (data1, "data1"), (data2, "data2")))
@@ -65,7 +66,8 @@ def _apply(name: str, x: Arr, operand: Any, reverse: bool) -> Arr:
 
 def tensor_scalar(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: Any,
                   reverse0: bool = False, op1: Any = None, operand1: Any = None,
-                  reverse1: bool = False, engine: Any = None, name: Any = None) -> None:
+                  reverse1: bool = False, engine: Any = _engine.unknown,
+                  name: Any = None) -> None:
     """dst = (data op0 operand0) op1 operand1; operands are scalars or [P,1] tiles."""
     opname = "tensor_scalar"
     dst, data = on_chip(dst, opname, "dst"), on_chip(data, opname, "data")

@@ -13,12 +13,16 @@ from nkibot.sim.engines import (
     in_buffer,
     on_chip,
     read,
+    read_native,
+    storage_of,
     write,
 )
 from nkibot.sim.errors import fail
-from nkibot.sim.psum import defer, pending_group, settle
+from nkibot.sim.isa.enums import engine as engine_kind
+from nkibot.sim.isa.enums import matmul_perf_mode
 from nkibot.sim.state import PSUM_BANK_BYTES
-from nkibot.sim.tensor import PSUM_MATMUL, MemoryRegion, NkiTensor
+from nkibot.sim.storage import PSUM_MATMUL, MemoryRegion, defer, pending_group, settle
+from nkibot.sim.tensor import NkiTensor
 
 _PE_DTYPES = {dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float8_e4m3,
               dtypes.float8_e5m2}
@@ -68,34 +72,43 @@ def _operand(t: NkiTensor) -> np.ndarray[Any, Any]:
 def nc_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor,
               is_stationary_onezero: bool = False, is_moving_onezero: bool = False,
               is_transpose: bool = False, accumulate: bool | None = None,
-              tile_position: Any = (), tile_size: Any = (), perf_mode: Any = None,
+              tile_position: Any = (), tile_size: Any = (),
+              perf_mode: Any = matmul_perf_mode.none,
               name: Any = None) -> None:
     """dst[M, N] (PSUM, fp32) = stationary[K, M].T @ moving[K, N], K on partitions."""
     dst = on_chip(dst, "nc_matmul", "dst")
     stationary = on_chip(stationary, "nc_matmul", "stationary")
     moving = on_chip(moving, "nc_matmul", "moving")
     _check_matmul(dst, stationary, moving)
-    if dst._readonly:
-        raise fail("read-only", f"nc_matmul: cannot write into broadcast view {dst.describe()}")
-    state = dst._state
-    assert state is not None
     s_arr, m_arr = _operand(stationary), _operand(moving)
     # fp32 operands are views of their SBUF tiles: pin them until the group runs.
-    pins = [t._alloc for t in (stationary, moving) if t._arr.dtype == np.float32]
-    if accumulate is not False and pending_group(dst) is not None:
-        defer(dst, s_arr, m_arr, False, pins)  # fast path: the region is all matmul-written
+    pins = [storage_of(t).alloc for t in (stationary, moving)
+            if storage_of(t).arr.dtype == np.float32]
+    issue_matmul(dst, s_arr, m_arr, accumulate, pins)
+
+
+def issue_matmul(dst: NkiTensor, s_arr: np.ndarray[Any, Any], m_arr: np.ndarray[Any, Any],
+                 accumulate: bool | None, pins: list[Any]) -> None:
+    """`dst (+)= s_arr.T @ m_arr` under the PSUM accumulation rules (nc_matmul_mx too)."""
+    h = storage_of(dst)
+    if h.readonly:
+        raise fail("read-only", f"nc_matmul: cannot write into broadcast view {dst.describe()}")
+    state = h.state
+    assert state is not None
+    if accumulate is not False and pending_group(h) is not None:
+        defer(h, s_arr, m_arr, False, pins)  # fast path: the region is all matmul-written
         count("tensor", dst.shape[0] * m_arr.shape[1])
         return
     overwrite = _mode(state, accumulate, dst)
     if overwrite is None:
         # Per-element inference over partly matmul-written PSUM: compute eagerly.
-        settle(dst._alloc)
+        settle(h.alloc)
         mask = (state == PSUM_MATMUL).reshape(dst.shape[0], -1)
         product = s_arr.T @ m_arr
-        current = dst._arr.reshape(mask.shape)
-        np.copyto(dst._arr, np.where(mask, current + product, product).reshape(dst.shape))
+        current = h.arr.reshape(mask.shape)
+        np.copyto(h.arr, np.where(mask, current + product, product).reshape(dst.shape))
     else:
-        defer(dst, s_arr, m_arr, overwrite, pins)
+        defer(h, s_arr, m_arr, overwrite, pins)
     state[...] = PSUM_MATMUL
     count("tensor", dst.shape[0] * m_arr.shape[1])
 
@@ -120,7 +133,8 @@ def _mode(state: np.ndarray[Any, Any], accumulate: bool | None, dst: NkiTensor) 
     return not accumulate
 
 
-def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = None, name: Any = None) -> None:
+def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = engine_kind.unknown,
+                 name: Any = None) -> None:
     """Swap the partition axis and the (flattened) free axes of `data` into `dst`."""
     op = "nc_transpose"
     dst = on_chip(dst, op, "dst")
@@ -142,5 +156,5 @@ def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = None, name: Any 
     if dst.shape[0] != cols or free_size(dst) != rows:
         raise fail("shape-mismatch", f"{op}: dst {dst.describe()} must be [{cols}, {rows}] for "
                                      f"data {data.describe()}")
-    write(dst, read(data, data._arr.dtype).reshape(rows, cols).T, op)
+    write(dst, read_native(data).reshape(rows, cols).T, op)
     count("vector" if vector else "tensor", data.size)

@@ -7,9 +7,13 @@ from typing import Any
 from nkibot.sim.dtypes import (
     bfloat16,
     bool_,
+    float4_e2m1fn_x4,
     float8_e4m3,
     float8_e4m3fn,
+    float8_e4m3fn_x4,
     float8_e5m2,
+    float8_e5m2_x4,
+    float8_e8m0fnu,
     float16,
     float32,
     int8,
@@ -21,6 +25,7 @@ from nkibot.sim.dtypes import (
     uint32,
 )
 from nkibot.sim.errors import fail
+from nkibot.sim.issue import instrument
 from nkibot.sim.language.core import (
     affine_range,
     device_print,
@@ -54,6 +59,16 @@ from nkibot.sim.language.core import (
     zeros,
     zeros_like,
 )
+from nkibot.sim.language.extra import (
+    average,
+    dropout,
+    fori_loop,
+    gather_flattened,
+    prelu,
+    rand,
+    random_seed,
+    while_loop,
+)
 from nkibot.sim.language.math import (
     broadcast_to,
     copy,
@@ -67,7 +82,9 @@ from nkibot.sim.language.math import (
     transpose,
     where,
 )
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.language.objects import NKIObject
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 __nkibot_sim__ = True
 
@@ -137,7 +154,15 @@ min = make_reduce("min", "minimum")
 prod = make_reduce("prod", "multiply")
 mean = make_reduce("mean", "mean")
 var = make_reduce("var", "var")
-all = make_reduce("all", "logical_and")
+_all = make_reduce("all", "logical_and")
+
+
+def all(x: Any, axis: Any, dtype: Any = None) -> Any:
+    """True where every element along `axis` is nonzero (no keepdims, as in NKI)."""
+    return _all(x, axis, dtype)
+
+
+all._nki_op = "logical_and"  # type: ignore[attr-defined]
 
 
 def __getattr__(name: str) -> Any:
@@ -147,20 +172,141 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "MemoryRegion", "NkiTensor", "abs", "abs_max", "abs_min", "add", "affine_range", "all",
-    "arctan", "bfloat16", "bitwise_and", "bitwise_or", "bitwise_xor", "bool_", "broadcast_to",
-    "bypass", "ceil", "copy", "cos", "device_print", "divide", "ds", "dynamic_range",
-    "empty_like", "equal", "erf", "erf_dx", "exp", "expand_dims", "float8_e4m3",
-    "float8_e4m3fn", "float8_e5m2", "float16", "float32", "floor", "fmod", "full", "gelu",
-    "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "gelu_apprx_tanh", "gelu_dx", "greater",
-    "greater_equal", "hbm", "int8", "int16", "int32", "invert", "is_hbm", "is_on_chip",
-    "is_psum", "is_sbuf", "left_shift", "less", "less_equal", "load", "load_transpose2d", "log",
-    "logical_and", "logical_not", "logical_or", "logical_xor", "matmul", "max", "maximum",
-    "mean", "min", "minimum", "mish", "mod", "multiply", "ndarray", "negative", "no_reorder",
-    "not_equal", "num_programs", "ones", "power", "private_hbm", "prod", "program_id",
-    "program_ndim", "psum", "reciprocal", "relu", "right_shift", "rms_norm", "rsqrt", "sbuf",
-    "sequential_range", "shared_constant", "shared_hbm", "shared_identity_matrix", "sigmoid",
-    "sign", "silu", "silu_dx", "sin", "softmax", "softplus", "sqrt", "square", "static_range",
-    "store", "subtract", "sum", "tan", "tanh", "tfloat32", "tile_size", "transpose", "trunc",
-    "uint8", "uint16", "uint32", "var", "where", "zeros", "zeros_like",
+    "MemoryRegion",
+    "NKIObject",
+    "NkiTensor",
+    "abs",
+    "abs_max",
+    "abs_min",
+    "add",
+    "affine_range",
+    "all",
+    "arctan",
+    "average",
+    "bfloat16",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bool_",
+    "broadcast_to",
+    "bypass",
+    "ceil",
+    "copy",
+    "cos",
+    "device_print",
+    "divide",
+    "dropout",
+    "ds",
+    "dynamic_range",
+    "empty_like",
+    "equal",
+    "erf",
+    "erf_dx",
+    "exp",
+    "expand_dims",
+    "float4_e2m1fn_x4",
+    "float8_e4m3",
+    "float8_e4m3fn",
+    "float8_e4m3fn_x4",
+    "float8_e5m2",
+    "float8_e5m2_x4",
+    "float8_e8m0fnu",
+    "float16",
+    "float32",
+    "floor",
+    "fmod",
+    "fori_loop",
+    "full",
+    "gather_flattened",
+    "gelu",
+    "gelu_apprx_sigmoid",
+    "gelu_apprx_sigmoid_dx",
+    "gelu_apprx_tanh",
+    "gelu_dx",
+    "greater",
+    "greater_equal",
+    "hbm",
+    "int8",
+    "int16",
+    "int32",
+    "invert",
+    "is_hbm",
+    "is_on_chip",
+    "is_psum",
+    "is_sbuf",
+    "left_shift",
+    "less",
+    "less_equal",
+    "load",
+    "load_transpose2d",
+    "log",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "matmul",
+    "max",
+    "maximum",
+    "mean",
+    "min",
+    "minimum",
+    "mish",
+    "mod",
+    "multiply",
+    "ndarray",
+    "negative",
+    "no_reorder",
+    "not_equal",
+    "num_programs",
+    "ones",
+    "power",
+    "prelu",
+    "private_hbm",
+    "prod",
+    "program_id",
+    "program_ndim",
+    "psum",
+    "rand",
+    "random_seed",
+    "reciprocal",
+    "relu",
+    "right_shift",
+    "rms_norm",
+    "rsqrt",
+    "sbuf",
+    "sequential_range",
+    "shared_constant",
+    "shared_hbm",
+    "shared_identity_matrix",
+    "sigmoid",
+    "sign",
+    "silu",
+    "silu_dx",
+    "sin",
+    "softmax",
+    "softplus",
+    "sqrt",
+    "square",
+    "static_range",
+    "store",
+    "subtract",
+    "sum",
+    "tan",
+    "tanh",
+    "tfloat32",
+    "tile_size",
+    "transpose",
+    "trunc",
+    "uint8",
+    "uint16",
+    "uint32",
+    "var",
+    "where",
+    "while_loop",
+    "zeros",
+    "zeros_like",
 ]
+
+
+# Every public instruction reports its operands to the cost model (see issue.py).
+instrument(globals(), __all__)

@@ -10,11 +10,11 @@ import numpy as np
 
 from nkibot.sim import dtypes
 from nkibot.sim.alloc import OVERWRITTEN, allocate
-from nkibot.sim.engines import count, in_buffer, on_chip, read, tensor, write
+from nkibot.sim.engines import count, dma, in_buffer, on_chip, settled, tensor, write
 from nkibot.sim.errors import fail
-from nkibot.sim.psum import settle
 from nkibot.sim.state import current
-from nkibot.sim.tensor import DynSlice, MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import DynSlice, NkiTensor
 
 sbuf = MemoryRegion.sbuf
 psum = MemoryRegion.psum
@@ -111,7 +111,7 @@ def load(src: NkiTensor, dtype: Any = None) -> NkiTensor:
     src = tensor(src, "load", "src")
     in_buffer(src, "load", "src", *_HBM)
     dst = allocate(src.shape, src.dtype if dtype is None else dtype, sbuf, fill=OVERWRITTEN)
-    _dma(dst, src)
+    dma(dst, src)
     return dst
 
 
@@ -119,7 +119,7 @@ def load_transpose2d(src: NkiTensor, dtype: Any = None) -> NkiTensor:
     src = tensor(src, "load_transpose2d", "src")
     in_buffer(src, "load_transpose2d", "src", *_HBM)
     dst = allocate(src.shape[::-1], src.dtype if dtype is None else dtype, sbuf)
-    _dma(dst, src.permute(tuple(range(src.ndim))[::-1]))
+    dma(dst, src.permute(tuple(range(src.ndim))[::-1]))
     return dst
 
 
@@ -131,25 +131,38 @@ def store(dst: NkiTensor, value: NkiTensor) -> NkiTensor:
     if value.shape != dst.shape and value.size != dst.size:
         raise fail("shape-mismatch", f"store: value {value.describe()} does not match dst "
                                      f"{dst.describe()}")
-    _dma(dst, value)
+    dma(dst, value)
     return dst
-
-
-def _dma(dst: NkiTensor, src: NkiTensor) -> None:
-    settle(src._alloc)
-    value = src._arr if src.dtype == dst.dtype and not dtypes.is_tf32(dst.dtype) else read(src)
-    write(dst, value, "dma")
-    st = current()
-    st.count("dma", dst.size)
-    st.counters.dma_bytes += dst.size * dst.dtype.itemsize
 
 
 def ds(start: int, size: int) -> DynSlice:
     return DynSlice(start, size)
 
 
-def affine_range(start: int, stop: int | None = None, step: int = 1) -> range:
-    return range(start) if stop is None else range(start, stop, step)
+class _Loop:
+    """An `nl` loop: a range whose every iteration starts a new tile scope.
+
+    A tile declared in a loop body lives for one iteration (the compiler recycles it);
+    the epoch lets the allocator release the previous iteration's tile from that line.
+    """
+
+    __slots__ = ("r",)
+
+    def __init__(self, r: range) -> None:
+        self.r = r
+
+    def __len__(self) -> int:
+        return len(self.r)
+
+    def __iter__(self) -> Iterator[int]:
+        st = current()
+        for i in self.r:
+            st.loop_epoch += 1
+            yield i
+
+
+def affine_range(start: int, stop: int | None = None, step: int = 1) -> _Loop:
+    return _Loop(range(start) if stop is None else range(start, stop, step))
 
 
 sequential_range = affine_range
@@ -176,7 +189,6 @@ def no_reorder() -> Iterator[None]:
 
 def device_print(print_prefix: str, tensor: NkiTensor) -> None:
     if isinstance(tensor, NkiTensor):
-        settle(tensor._alloc)
-        print(print_prefix, tensor._arr)
+        print(print_prefix, settled(tensor))
     else:
         print(print_prefix, tensor)

@@ -16,10 +16,11 @@ import numpy as np
 
 from nkibot.sim import dtypes, ops
 from nkibot.sim.alloc import OVERWRITTEN, allocate
-from nkibot.sim.engines import compute_dtype, count, on_chip, read, write
+from nkibot.sim.engines import compute_dtype, count, on_chip, read, reduce_axes, settled, write
 from nkibot.sim.errors import fail
-from nkibot.sim.psum import settle
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.isa.tensor import nc_matmul, nc_transpose
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 _SCALARS = (int, float, bool, np.number, np.bool_)
 _PREDICATES = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
@@ -86,19 +87,6 @@ def make_unary(name: str) -> Callable[..., Any]:
     fn.__name__ = fn.__qualname__ = name
     fn._nki_op = name  # type: ignore[attr-defined]
     return fn
-
-
-def reduce_axes(t: NkiTensor, axis: Any, op: str) -> tuple[int, ...]:
-    """Free axes only, and they must be the last contiguous ones."""
-    raw = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
-    axes = tuple(sorted(int(a) % t.ndim for a in raw))
-    if 0 in axes:
-        raise fail("reduce-axis0", f"{op}: axis={axis!r} reduces the partition axis 0 of "
-                                   f"{t.describe()}")
-    if axes != tuple(range(t.ndim - len(axes), t.ndim)):
-        raise fail("reduce-axis", f"{op}: axis={axis!r} of {t.describe()} is not the last "
-                                  "contiguous free axes")
-    return axes
 
 
 def reduce_op(name: str, x: Any, axis: Any, dtype: Any = None, keepdims: bool = False) -> Any:
@@ -190,8 +178,6 @@ def expand_dims(x: Any, axis: int) -> NkiTensor:
 
 def matmul(x: Any, y: Any, transpose_x: bool = False) -> NkiTensor:
     """x @ y (or x.T @ y with transpose_x=True) on the Tensor Engine, into a PSUM tile."""
-    from nkibot.sim.isa.tensor import nc_matmul, nc_transpose
-
     x = on_chip(x, "nl.matmul", "x", allow_psum=False)
     if not transpose_x:
         xt = allocate((x.shape[1], x.shape[0]), x.dtype, MemoryRegion.psum)
@@ -199,13 +185,11 @@ def matmul(x: Any, y: Any, transpose_x: bool = False) -> NkiTensor:
         x = copy(xt)
     out = allocate((x.shape[1], y.shape[1]), dtypes.float32, MemoryRegion.psum)
     nc_matmul(out, x, y, accumulate=False)
-    settle(out._alloc)
+    settled(out)
     return out
 
 
 def transpose(x: Any, dtype: Any = None) -> NkiTensor:
-    from nkibot.sim.isa.tensor import nc_transpose
-
     x = on_chip(x, "nl.transpose", "x")
     out = allocate(x.shape[::-1], x.dtype if dtype is None else dtype, MemoryRegion.psum)
     nc_transpose(out, x)

@@ -102,8 +102,25 @@ def run_kernel(request: dict[str, Any]) -> dict[str, Any]:
         reply["simulator"] = _simulator_name(nki)
         _load_and_run(request, names, reply, lambda kernel: nki.simulate(kernel))
     reply["stats"] = _stats()
+    if request.get("cost_model") and reply["error"] is None:
+        reply["model"] = _model(request, str(request["cost_model"]))
     reply["ok"] = reply["error"] is None
     return reply
+
+
+def _model(request: dict[str, Any], target: str) -> dict[str, Any]:
+    """The cost model's estimate on the first trial's inputs (labelled as a model figure)."""
+    try:
+        from nkibot.sim import activate
+        from nkibot.sim.cost import estimate
+
+        with activate(force=True, target=target):
+            kernel = _import_kernel(Path(str(request["kernel_path"])).resolve(),
+                                    str(request["function"]))
+        arrays = _trial_arrays(request)[0]
+        return estimate(kernel, *arrays, target=target).as_dict()
+    except Exception as exc:  # the estimate is informational; say why it is missing
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def _run_on_neuron(request: dict[str, Any], names: list[str], reply: dict[str, Any]) -> None:

@@ -1,0 +1,124 @@
+"""Judge the cost model against published hardware measurements.
+
+Run: `python bench/perf_calibration.py DIR [--json] [--only ID ...]`, DIR in the format of
+`shared/perf-calibration/` (points.json + kernels/). For each point the model is
+evaluated at the published shapes in cost-only mode (no matmul arithmetic) and the
+predicted time is printed beside the measured one. Within every chain the predicted
+order must match the measured one; measured differences under 5% are ties.
+Exit 0 only when every point ran, every point is within 2x, and every chain is in order.
+A kernel the simulator cannot run is reported as not runnable, with the reason; it is
+never given a prediction. `--json`: one object per line per point, then the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nkibot.sim import activate
+from nkibot.sim.cost import estimate
+
+TIE = 0.05
+
+
+def _kwargs(raw: dict[str, Any]) -> dict[str, Any]:
+    return {k: tuple(tuple(x) if isinstance(x, list) else x for x in v)
+            if isinstance(v, list) else v for k, v in raw.items()}
+
+
+def predict(folder: Path, point: dict[str, Any]) -> tuple[float | None, str]:
+    """(predicted µs, "") or (None, why it could not run)."""
+    path = folder / point["kernel_file"]
+    spec = importlib.util.spec_from_file_location(point["id"].replace("-", "_"), path)
+    if spec is None or spec.loader is None:
+        return None, f"cannot load {path}"
+    module = importlib.util.module_from_spec(spec)
+    shapes = [(tuple(i["shape"]), i["dtype"]) for i in point["inputs"]]
+    try:
+        with activate(force=True, target=point.get("target", "trn1")):
+            spec.loader.exec_module(module)
+        rep = estimate(getattr(module, point["function"]), *shapes,
+                       target=point.get("target", "trn1"), **_kwargs(point.get("kwargs", {})))
+    except Exception as exc:  # reported as not runnable, never hidden or guessed
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    return rep.makespan_us, ""
+
+
+def chain_in_order(rows: list[dict[str, Any]]) -> bool:
+    """Every pair the measurements separate by >= 5% is ordered the same by the model."""
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            ma, mb = a["measured_us"], b["measured_us"]
+            if abs(ma - mb) / max(ma, mb) < TIE:
+                continue
+            pa, pb = a["predicted_us"], b["predicted_us"]
+            if pa is None or pb is None or (pa < pb) != (ma < mb):
+                return False
+    return True
+
+
+def evaluate(folder: Path, only: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    points = json.loads((folder / "points.json").read_text())
+    rows = []
+    for p in points:
+        if only and p["id"] not in only:
+            continue
+        t0 = time.perf_counter()
+        pred, why = predict(folder, p)
+        ratio = pred / p["measured_us"] if pred is not None else None
+        rows.append({"id": p["id"], "chain": p["chain"], "order": p["order"],
+                     "predicted_us": None if pred is None else round(pred, 1),
+                     "measured_us": p["measured_us"],
+                     "ratio": None if ratio is None else round(ratio, 3),
+                     "not_runnable": why or None, "seconds": round(time.perf_counter() - t0, 1)})
+    chains: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(rows, key=lambda r: r["order"]):
+        chains.setdefault(r["chain"], []).append(r)
+    in_order = {c: chain_in_order(rs) for c, rs in chains.items()}
+    within = sum(1 for r in rows if r["ratio"] is not None and 0.5 <= r["ratio"] <= 2.0)
+    summary = {"points": len(rows), "within_2x": within,
+               "not_runnable": sum(1 for r in rows if r["not_runnable"]),
+               "chains": len(chains), "chains_in_order": sum(in_order.values()),
+               "chain_order": in_order,
+               "label": "model estimate (trn1), not a measurement; measured: published p99"}
+    return rows, summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", nargs="*", default=[])
+    args = ap.parse_args(argv)
+    if not (args.folder / "points.json").is_file():
+        print(f"{args.folder}: no points.json here; pass a folder like shared/perf-calibration",
+              file=sys.stderr)
+        return 2
+    rows, summary = evaluate(args.folder, args.only)
+    if args.json:
+        for r in rows:
+            print(json.dumps({k: r[k] for k in ("id", "predicted_us", "measured_us", "ratio",
+                                                 "not_runnable")}))
+        print(json.dumps(summary))
+    else:
+        print(f"{'id':24} {'predicted_us':>12} {'measured_us':>11} {'ratio':>6}")
+        for r in rows:
+            pred = "-" if r["predicted_us"] is None else f"{r['predicted_us']:.1f}"
+            ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+            extra = f"  not runnable: {r['not_runnable']}" if r["not_runnable"] else ""
+            print(f"{r['id']:24} {pred:>12} {r['measured_us']:>11.1f} {ratio:>6}{extra}")
+        print(f"within 2x: {summary['within_2x']}/{summary['points']}; chains in order: "
+              f"{summary['chains_in_order']}/{summary['chains']} {summary['chain_order']}")
+        print(summary["label"])
+    ok = (summary["within_2x"] == summary["points"]
+          and summary["chains_in_order"] == summary["chains"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The optimize phase: after the first verified kernel, a few turns asking for a faster one.
+
+Each turn gives the model the kernel's time (measured p50 on hardware, else the cost
+model's estimate, labelled) and the model's breakdown: bottleneck engine, utilisation per
+engine, DMA efficiency, the heaviest instructions. A new kernel is kept only if it
+verifies again and is faster; the chain (turn, time, change, kept) goes to the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from nkibot.backends.base import KernelBackend
+from nkibot.convert.agent.tools import ToolOutcome
+from nkibot.convert.models.base import Message
+from nkibot.results import OptimizeStep, ProfileResult
+
+if TYPE_CHECKING:
+    from nkibot.convert.agent.loop import _State
+
+
+def timing(profile: ProfileResult) -> tuple[float, str] | None:
+    """(µs, where it comes from): measured p50 on hardware, else the model's estimate."""
+    lat = profile.kernel_device_time or profile.kernel
+    if profile.hardware and lat is not None:
+        return lat.p50_us, f"measured p50 on {profile.measured_on}"
+    us = profile.model.get("time_us")
+    if isinstance(us, int | float) and us > 0:
+        return float(us), str(profile.model.get("label", "model estimate"))
+    return None
+
+
+def breakdown(profile: ProfileResult) -> str:
+    """The model's view of where the time goes, for the prompt."""
+    m = profile.model
+    if not m or "time_us" not in m:
+        return ""
+    util = m.get("utilisation")
+    busy = ", ".join(f"{k} {100 * float(v):.0f}%" for k, v in util.items()
+                     ) if isinstance(util, dict) else ""
+    top = m.get("top_ops")
+    ops = "; ".join(f"{o['op']} x{o['instructions']} = {o['busy_us']} us"
+                    for o in top[:4]) if isinstance(top, list) else ""
+    return (f"Bottleneck engine: {m.get('critical_engine')}. Utilisation: {busy}. "
+            f"DMA: {m.get('dma_transfers')} transfers, {m.get('dma_bytes')} bytes, "
+            f"efficiency {m.get('dma_efficiency')}. Roofline fraction "
+            f"{m.get('roofline_fraction')} ({m.get('roofline_bound')}-bound). "
+            f"Heaviest instructions: {ops}.")
+
+
+def ask(time_us: float, source: str, profile: ProfileResult, last: str) -> str:
+    return (f"{last}The kernel verified. Its time: {time_us:.1f} us ({source}). "
+            f"{breakdown(profile)}\nMake it faster without changing its results: start your "
+            "reply with one line `Change: <what you changed>`, then call `verify_kernel` "
+            "with the complete kernel file. A kernel is kept only if it verifies and is faster.")
+
+
+async def _time(backend: KernelBackend, code: str, state: _State
+                ) -> tuple[float, str, ProfileResult] | None:
+    try:
+        profile = await asyncio.to_thread(backend.profile, code, state.task)
+    except Exception:  # no timing means no comparison: the candidate is not kept
+        return None
+    got = timing(profile)
+    return None if got is None else (got[0], got[1], profile)
+
+
+def _change(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip().lower().startswith("change:"):
+            return line.split(":", 1)[1].strip()[:120]
+    return text.strip().splitlines()[0][:120] if text.strip() else ""
+
+
+def _verified(outcomes: list[ToolOutcome]) -> ToolOutcome | None:
+    return next((o for o in reversed(outcomes) if o.code is not None and o.verified), None)
+
+
+async def run(state: _State, backend: KernelBackend, turns: int) -> list[OptimizeStep]:
+    """Up to `turns` optimize turns from the verified `state.best`; the chain they made."""
+    from nkibot.convert.agent import loop
+
+    if turns <= 0 or state.best is None or not state.best.verified or state.best.code is None:
+        return []
+    timed = await _time(backend, state.best.code, state)
+    if timed is None:
+        return []
+    best_us, source, profile = timed
+    chain = [OptimizeStep(turn=state.budget_turns, time_us=round(best_us, 3), source=source,
+                          change="first verified kernel", kept=True)]
+    note = ""
+    for _ in range(turns):
+        if loop.optimize_stop(state):
+            break
+        _append_user(state, ask(best_us, source, profile, note))
+        turn = loop._Turn(number=state.budget_turns + 1, precursor=False,
+                          started=time.monotonic())
+        try:
+            reply = await loop._ask(state)
+        except Exception:  # the phase is optional: a failing model ends it, result kept
+            break
+        state.tokens = state.tokens + reply.tokens
+        state.conversation.messages.append(
+            Message(role="assistant", text=reply.text, tool_calls=reply.tool_calls))
+        kept_best = state.best
+        outcomes, answer = await loop._execute(state, reply)
+        state.best = kept_best  # only a faster verified kernel replaces it, below
+        state.conversation.messages.append(answer)
+        loop._finish_turn(state, turn, reply, outcomes)
+        step, note, new = await _judge(state, backend, outcomes, best_us, reply.text)
+        chain.append(step)
+        if new is not None:
+            state.best, best_us, source, profile = new
+    return chain
+
+
+async def _judge(state: _State, backend: KernelBackend, outcomes: list[ToolOutcome],
+                 best_us: float, text: str
+                 ) -> tuple[OptimizeStep, str, tuple[ToolOutcome, float, str,
+                                                     ProfileResult] | None]:
+    change, number = _change(text), state.budget_turns
+    cand = _verified(outcomes)
+    if cand is None or cand.code is None:
+        why = "did not verify"
+        return (OptimizeStep(turn=number, change=change, reason=why),
+                f"Your last candidate {why}; the previous kernel stays. ", None)
+    timed = await _time(backend, cand.code, state)
+    if timed is None:
+        return (OptimizeStep(turn=number, change=change, reason="could not be timed"),
+                "Your last candidate could not be timed. ", None)
+    us, source, profile = timed
+    step = OptimizeStep(turn=number, time_us=round(us, 3), source=source, change=change)
+    if us >= best_us:
+        step.reason = f"not faster: {us:.1f} us vs {best_us:.1f} us"
+        return step, f"Your last candidate verified but was {step.reason}. ", None
+    step.kept = True
+    return step, f"Your last candidate was kept ({best_us:.1f} -> {us:.1f} us). ", (
+        cand, us, source, profile)
+
+
+def _append_user(state: _State, text: str) -> None:
+    """Add to the last user message (the tool results), keeping roles alternating."""
+    messages = state.conversation.messages
+    if messages and messages[-1].role == "user":
+        last = messages[-1]
+        messages[-1] = last.model_copy(update={"text": f"{last.text}\n\n{text}".strip()})
+    else:
+        messages.append(Message(role="user", text=text))

@@ -1,0 +1,121 @@
+"""What one instruction costs on its engine, from the figures in constants.py.
+
+Inputs are what the issue hook saw: the engine the simulator ran it on, the op name and
+the tiles read and written. Nothing here is per-instruction special-casing beyond the
+engine class: an instruction added to the simulator later gets its engine's rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nkibot.sim.cost import constants as C
+from nkibot.sim.storage import handle
+from nkibot.sim.tensor import MemoryRegion, NkiTensor
+
+PSUM = MemoryRegion.psum
+ON_CHIP = (MemoryRegion.sbuf, MemoryRegion.psum)
+
+
+@dataclass
+class Knobs:
+    """The ranged figures the model uses (defaults: constants.py `value`s)."""
+
+    access_overhead: float = C.ACCESS_OVERHEAD.value
+    dependent_overhead: float = C.DEPENDENT_OVERHEAD.value
+    dma_fixed_ns: float = C.DMA_FIXED_NS.value
+    dma_descriptor_ns: float = C.DMA_DESCRIPTOR_NS.value
+
+
+def free_elems(t: NkiTensor) -> int:
+    shape = t.shape
+    n = 1
+    for s in shape[1:]:
+        n *= s
+    return n
+
+
+def _strided(t: NkiTensor) -> bool:
+    """The most-minor free dim steps over more than 16 bytes (ARCH1:759-762)."""
+    arr = handle(t).arr
+    if arr.ndim < 2 or arr.shape[-1] < 2:
+        return False
+    return abs(arr.strides[-1]) > C.STRIDE_BYTES
+
+
+def matmul(target: C.Target, reads: list[NkiTensor], writes: list[NkiTensor],
+           op: str) -> tuple[float, float, bool]:
+    """(ns, flops, fp32) of one TensorE instruction: max(N, 64) cycles, fp32 4x slower."""
+    dst = writes[0] if writes else None
+    n = free_elems(dst) if dst is not None else 128
+    fp32 = any(t.dtype.itemsize == 4 for t in reads if t.buffer is MemoryRegion.sbuf)
+    cycles = max(float(n), target.mm_init_cycles)
+    if fp32:
+        cycles *= target.fp32_matmul_factor
+    flops = 0.0
+    if dst is not None and reads and "transpose" not in op:
+        k = reads[-1].shape[0]
+        flops = 2.0 * k * dst.shape[0] * n
+    return cycles / target.tensor_ghz, flops, fp32
+
+
+def elementwise(target: C.Target, engine: str, reads: list[NkiTensor],
+                writes: list[NkiTensor], knobs: Knobs) -> float:
+    """ns of one Vector/Scalar/GpSimd instruction: about N cycles a pass over free size N."""
+    tiles = [t for t in reads if t.buffer in ON_CHIP]
+    outs = [t for t in writes if t.buffer in ON_CHIP]
+    n = max((free_elems(t) for t in tiles + outs), default=1)
+    # ARCH1:393-395: one input tile about N cycles, two input tiles about 2N (VectorE);
+    # ScalarE reads at most one tensor per instruction (ARCH1:497-499).
+    big = [t for t in tiles if free_elems(t) > 1]
+    passes = 1 if engine == "scalar" else max(1, min(len(big), 2))
+    two_byte = all(t.dtype.itemsize <= 2 for t in tiles + outs) and bool(tiles + outs)
+    if engine == "vector":
+        lanes, ghz = target.vector_lanes[0 if two_byte else 1], target.vector_ghz
+    elif engine == "scalar":
+        lanes, ghz = target.scalar_lanes[0 if two_byte else 1], target.scalar_ghz
+    else:
+        lanes, ghz = 1.0, target.gpsimd_ghz
+    cycles = passes * n / lanes
+    if any(_strided(t) for t in tiles + outs):
+        cycles *= C.STRIDE_PENALTY
+    return max(cycles, knobs.access_overhead) / ghz
+
+
+def contiguous_bytes(t: NkiTensor) -> int:
+    """Bytes of the longest run that is contiguous in memory (per partition on chip)."""
+    arr = handle(t).arr
+    item = arr.itemsize
+    run = item
+    start = 1 if t.buffer in ON_CHIP else 0
+    for dim in range(arr.ndim - 1, start - 1, -1):
+        if arr.shape[dim] == 1:
+            continue
+        if arr.strides[dim] != run:
+            break
+        run *= arr.shape[dim]
+    return run
+
+
+def dma(target: C.Target, reads: list[NkiTensor], writes: list[NkiTensor],
+        knobs: Knobs) -> tuple[float, int, int]:
+    """(bytes, lanes, run): bytes moved, queues it spreads over, contiguous bytes a run.
+
+    DMA:99 "Fewer partitions means fewer engines utilized": a transfer over P partitions
+    uses min(P, 16) of the 16 queues.
+    """
+    dst = writes[0] if writes else (reads[0] if reads else None)
+    if dst is None:
+        return 0.0, 1, 1
+    nbytes = float(dst.size * dst.dtype.itemsize)
+    sides = [t for t in (reads[:1] + writes[:1])]
+    chip = [t for t in sides if t.buffer in ON_CHIP]
+    parts = chip[0].shape[0] if chip else target.dma_queues
+    run = min(contiguous_bytes(t) for t in sides)
+    return nbytes, max(1, min(parts, target.dma_queues)), max(run, 1)
+
+
+def dma_queue_ns(target: C.Target, nbytes: float, run: int, knobs: Knobs) -> float:
+    """Time a queue is busy moving `nbytes` in runs of `run` contiguous bytes."""
+    runs = nbytes / run
+    return nbytes / target.dma_queue_bw + runs * knobs.dma_descriptor_ns

@@ -1,0 +1,71 @@
+"""Small kernels for the cost-model tests (our own; imported while our `nki` is active)."""
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def matmuls(a, b):
+    """a [128, 128] (stationary), b [128, 512]: four back-to-back matmuls into one bank."""
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    sa = nl.load(a)
+    sb = nl.load(b)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    for _ in nl.affine_range(4):
+        nisa.nc_matmul(dst=acc, stationary=sa, moving=sb)
+    res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nl.store(out, value=res)
+    return out
+
+
+@nki.jit
+def load_then_add(x):
+    """One DMA, then a VectorE op that reads it: the op must wait for the DMA."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    r = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=r, data=t, op0=nl.add, operand0=1.0)
+    nl.store(out, value=r)
+    return out
+
+
+@nki.jit
+def independent(x, y):
+    """A ScalarE and a VectorE chain on different tiles: they overlap."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    out2 = nl.ndarray(y.shape, dtype=y.dtype, buffer=nl.shared_hbm)
+    tx = nl.load(x)
+    ty = nl.load(y)
+    rx = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    ry = nl.ndarray(y.shape, dtype=y.dtype, buffer=nl.sbuf)
+    for _ in nl.affine_range(8):
+        nisa.activation(dst=rx, op=nl.exp, data=tx)
+        nisa.tensor_scalar(dst=ry, data=ty, op0=nl.multiply, operand0=2.0)
+    nl.store(out, value=rx)
+    nl.store(out2, value=ry)
+    return out, out2
+
+
+@nki.jit
+def psum_rebind(a, b):
+    """Eight PSUM banks allocated in a loop body, rebinding the names every iteration."""
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    sa = nl.load(a)
+    sb = nl.load(b)
+    for _ in nl.affine_range(3):
+        p0 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        p1 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        p2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        p3 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        p4 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        p5 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        p6 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        p7 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        for p in (p0, p1, p2, p3, p4, p5, p6, p7):
+            nisa.nc_matmul(dst=p, stationary=sa, moving=sb)
+        res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=p7)
+        nl.store(out, value=res)
+    return out

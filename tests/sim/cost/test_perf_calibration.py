@@ -1,0 +1,66 @@
+"""bench/perf_calibration.py on a folder of our own: JSON lines, chain order, exit code."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.sim.sim_helpers import load_module
+
+HERE = Path(__file__).resolve().parent
+BENCH = load_module(HERE.parents[2] / "bench" / "perf_calibration.py", "perf_calibration")
+
+
+def _point(pid: str, fn: str, measured: float, order: int, chain: str = "c") -> dict[str, object]:
+    return {"id": pid, "kernel_file": "kernels/k.py", "function": fn, "target": "trn1",
+            "inputs": [{"name": "a", "shape": [128, 128], "dtype": "bfloat16"},
+                       {"name": "b", "shape": [128, 512], "dtype": "bfloat16"}],
+            "kwargs": {}, "measured_us": measured, "chain": chain, "order": order}
+
+
+def _folder(tmp_path: Path, points: list[dict[str, object]]) -> Path:
+    (tmp_path / "kernels").mkdir()
+    shutil.copy(HERE / "kernels.py", tmp_path / "kernels" / "k.py")
+    (tmp_path / "points.json").write_text(json.dumps(points))
+    return tmp_path
+
+
+def test_json_lines_and_exit_zero_when_the_bar_holds(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    pred = BENCH.predict(_folder(tmp_path, []), _point("x", "matmuls", 1.0, 1))[0]
+    assert pred is not None
+    folder = tmp_path
+    (folder / "points.json").write_text(json.dumps([_point("p1", "matmuls", pred * 1.3, 1)]))
+    assert BENCH.main([str(folder), "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert lines[0]["id"] == "p1" and lines[0]["ratio"] == pytest.approx(1 / 1.3, rel=1e-2)
+    assert lines[-1]["points"] == 1 and lines[-1]["within_2x"] == 1
+    assert lines[-1]["chains_in_order"] == lines[-1]["chains"] == 1
+
+
+def test_a_point_off_by_2x_or_not_runnable_fails(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _folder(tmp_path, [_point("far", "matmuls", 1e6, 1),
+                                _point("bad", "no_such_function", 5.0, 2)])
+    assert BENCH.main([str(folder), "--json"]) == 1
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert lines[1]["predicted_us"] is None and "no_such_function" in lines[1]["not_runnable"]
+    assert lines[-1]["within_2x"] == 0 and lines[-1]["not_runnable"] == 1
+
+
+def test_chain_order_with_ties() -> None:
+    rows = [{"measured_us": 100.0, "predicted_us": 50.0},
+            {"measured_us": 97.0, "predicted_us": 60.0},  # a 3% difference is a tie
+            {"measured_us": 50.0, "predicted_us": 30.0}]
+    assert BENCH.chain_in_order(rows)
+    rows[2]["predicted_us"] = 70.0  # now predicted slower than the 100 us point
+    assert not BENCH.chain_in_order(rows)
+
+
+def test_a_folder_without_points_is_a_clear_error(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert BENCH.main([str(tmp_path)]) == 2
+    assert "no points.json" in capsys.readouterr().err
