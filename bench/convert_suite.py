@@ -51,6 +51,7 @@ class Outcome:
     min_bytes: int = 0
     shrunk: str = ""
     lower_s: float = 0.0  # the lowering's own decision time (trace + plan + emit)
+    roofline: float | None = None  # cost model (nkibot.sim.cost) estimate, trn1
 
     @property
     def traffic(self) -> float | None:
@@ -173,9 +174,12 @@ async def convert_one(path: Path, root: Path, entry: str, model: str, backend: s
     reason = "; ".join(result.reasons)[:200]
     stats = result.profile.sim_stats if result.profile is not None else {}
     dma = stats.get("dma_bytes", 0)
+    modelled = result.profile.model if result.profile is not None else {}
+    fraction = modelled.get("roofline_fraction")
     return Outcome(str(path), category, result.status, time.monotonic() - started,
                    result.tokens.total, reason, int(dma) if isinstance(dma, int) else 0,
-                   least, note, lower_s)
+                   least, note, lower_s,
+                   float(fraction) if isinstance(fraction, int | float) else None)
 
 
 def _lowering_declines(task: object) -> str | None:
@@ -214,6 +218,19 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def roofline_summary(outcomes: list[Outcome]) -> str:
+    """Roofline fractions of the verified kernels (cost model estimate, not a measurement)."""
+    values = sorted(o.roofline for o in outcomes if o.status == "verified"
+                    and o.roofline is not None)
+    if not values:
+        return "roofline fraction: no verified kernel carries a cost-model estimate"
+    mid = values[len(values) // 2]
+    return (f"roofline fraction (model estimate, trn1, not a measurement) over {len(values)} "
+            f"verified: min {values[0]:.3f}  median {mid:.3f}  max {values[-1]:.3f}; "
+            f">=0.5: {sum(1 for v in values if v >= 0.5)}, <0.1: "
+            f"{sum(1 for v in values if v < 0.1)}")
+
+
 def traffic_summary(outcomes: list[Outcome]) -> str:
     """Distribution of DMA bytes / minimum over the verified kernels (simulator counts)."""
     ratios = sorted(r for o in outcomes if o.status == "verified"
@@ -242,6 +259,8 @@ async def run(args: argparse.Namespace) -> list[Outcome]:
         outcomes.append(outcome)
         note = f"  ({outcome.reason})" if outcome.status != "verified" and outcome.reason else ""
         ratio = f"  traffic {outcome.traffic:.2f}x" if outcome.traffic else ""
+        if outcome.roofline is not None:
+            ratio += f"  roofline {outcome.roofline:.3f} (model)"
         if outcome.status == "declined":
             ratio = f"  (lowering {outcome.lower_s:.2f}s)"
         print(f"{outcome.status:<9} {outcome.seconds:6.1f}s  {outcome.category:<14} "
@@ -281,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                 merged[row["path"]] = Outcome(**row)
         print(table(list(merged.values())))
         print(traffic_summary(list(merged.values())))
+        print(roofline_summary(list(merged.values())))
         return 0
     started = time.monotonic()
     outcomes = asyncio.run(run(args))
@@ -289,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
           f"wall={time.monotonic() - started:.0f}s")
     print(table(outcomes))
     print(traffic_summary(outcomes))
+    print(roofline_summary(outcomes))
     if args.json:
         Path(args.json).write_text(json.dumps([_row(o) for o in outcomes], indent=2))
     return 0
