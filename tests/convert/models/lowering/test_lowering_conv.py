@@ -231,3 +231,17 @@ class TestStaticRules:
         from nkibot.verify.guards import static_check
 
         assert static_check(lower_ok(task).source) == []
+
+    def test_describe_records_the_scalar_and_reference_uses_it(self, tmp_path) -> None:
+        """load_task records `s` from get_inputs() as a constant; the trials pass it along."""
+        from nkibot.convert.taskload import load_task
+        from nkibot.verify.reference import compute_reference
+
+        path = tmp_path / "scale.py"
+        path.write_text(module_source("x * s", "x, s") +
+                        "\n\ndef get_inputs():\n    return [torch.randn(8, 16), 2.5]\n\n\n"
+                        "def get_init_inputs():\n    return []\n")
+        task = load_task(path, "Model")
+        assert [(s.shape, s.value) for s in task.inputs] == [((8, 16), None), ((), 2.5)]
+        with compute_reference(task, timeout_s=120) as reference:
+            assert len(reference.trials[0].inputs) == 1  # only the tensor is a kernel input
