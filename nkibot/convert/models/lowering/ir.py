@@ -21,7 +21,8 @@ BINARY: frozenset[str] = frozenset({
 REDUCE: frozenset[str] = frozenset({"rsum", "rmax", "rmin", "rprod"})
 OTHER: frozenset[str] = frozenset({"where", "view", "transpose", "matmul", "slice", "iota",
                                    "conv", "pool", "scan", "flip", "triu",
-                                   "tril", "blocknorm"})
+                                   "tril", "blocknorm", "narrow", "select",
+                                   "zeros"})
 PRIMITIVES: frozenset[str] = UNARY | BINARY | REDUCE | OTHER
 
 

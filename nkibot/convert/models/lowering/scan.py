@@ -47,6 +47,8 @@ def emit_scan(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
         raise LayoutError("a scan with other ops in the graph (a lone, optionally masked, "
                           "scan is lowered)")
     op = res.ops[0]
+    if op.attr("narrowed"):
+        raise LayoutError("a scan of a narrowed input that is not an exclusive scan")
     if op.attr("flipped"):
         raise LayoutError("a scan of a flipped input that is not flipped back")
     x, shape = _leaf(res, op.args[0])

@@ -104,6 +104,9 @@ SCANS = {
     "cumsum_masked": ("torch.cumsum(x * m, dim=1)", "x, m", (4, 140)),
     "cumprod": ("torch.cumprod(x, dim=1)", "x", (6, 200)),
     "cumsum_first": ("torch.cumsum(x, dim=0)", "x", (129, 40)),
+    "cumsum_exclusive": ("torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
+                         "torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)),"
+                         " dim=1)", "x", (3, 270)),
 }
 
 
