@@ -87,7 +87,7 @@ def _cat(s: Sink, a: list[object], k: dict[str, object]) -> object:
     parts = get(a, k, 0, "tensors")
     items = list(parts) if isinstance(parts, list | tuple) else []
     found = [s.graph.op(p.name) if isinstance(p, Ref) else None for p in items]
-    zeros, scan = (found + [None, None])[:2] if len(found) == 2 else (None, None)
+    zeros, scan = (found[0], found[1]) if len(found) == 2 else (None, None)
     if zeros is not None and scan is not None:
         dim = scan.attr("dim")
         if (zeros.op == "zeros" and scan.op == "scan" and scan.attr("narrowed")
