@@ -17,7 +17,13 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from nkibot.results import KernelArg
 
@@ -45,6 +51,14 @@ class InputSpec(BaseModel):
     @property
     def is_constant(self) -> bool:
         return self.value is not None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_value(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # a tensor input serialises as before (name, shape, dtype): snapshots and peers agree
+        data: dict[str, object] = handler(self)
+        if data.get("value") is None:
+            data.pop("value", None)
+        return data
 
 
 class Tolerance(BaseModel):
