@@ -2,6 +2,7 @@
 
     python bench/convert_suite.py bench/tasks [--model lowering] [--backend sim]
                                   [--entry Model] [--match PATTERN] [--json OUT.json]
+                                  [--max-input-elements 4194304]
 
 Each file is loaded with `nkibot.convert.taskload.load_task` (shapes from its
 `get_inputs()`, constructor arguments from `get_init_inputs()`) and converted with
@@ -10,6 +11,13 @@ the top, else its sub-folder's name (so a KernelBench checkout groups by level).
 one line per task as it finishes, then per category: verified / declined / failed, mean
 seconds per task, and tokens used. A crash on one task is recorded as a failure and the
 suite goes on.
+
+`--max-input-elements N` converts a shrunk copy of each file (`bench/shrink.py`: its
+top-level size constants halved until every input has at most N elements; the file
+itself is untouched); a task that cannot shrink that far is reported as `too_big` and
+left out of the coverage columns. For every verified kernel the suite also reports the
+simulator's DMA bytes against the operator's minimum (each input, parameter and output
+moved once): a traffic ratio of 1.0 is ideal (simulator counts, not a latency figure).
 """
 
 from __future__ import annotations
@@ -19,10 +27,14 @@ import asyncio
 import json
 import re
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/shrink.py, run as a script
+from shrink import meta_task, minimum_bytes, shrink_source
 
 CATEGORY = re.compile(r"^#\s*category:\s*(\S+)", re.MULTILINE)
 
@@ -35,13 +47,37 @@ class Outcome:
     seconds: float
     tokens: int
     reason: str
+    dma_bytes: int = 0
+    min_bytes: int = 0
+    shrunk: str = ""
+    lower_s: float = 0.0  # the lowering's own decision time (trace + plan + emit)
+    roofline: float | None = None  # cost model (nkibot.sim.cost) estimate, trn1
+
+    @property
+    def traffic(self) -> float | None:
+        """DMA bytes over the minimum (1.0 = every byte moved once), when measured."""
+        return self.dma_bytes / self.min_bytes if self.dma_bytes and self.min_bytes else None
+
+
+# KernelBench names say what a task computes: the first pattern that matches is its category.
+NAME_CATEGORIES = (
+    ("conv_transposed", r"conv_transpose"), ("conv", r"conv"), ("pooling", r"pool"),
+    ("scan", r"cum"), ("argreduce", r"arg(max|min)"), ("attention", r"attention"),
+    ("loss", r"loss"), ("norm", r"norm"),
+    ("reduction", r"reduction"), ("matmul", r"mat(mul|rix)|tensor_matrix|gemm"),
+    ("activation", r"relu|sigmoid|tanh|softmax|swish|gelu|selu|softplus|softsign|elu"),
+)
 
 
 def category_of(path: Path, root: Path) -> str:
+    """`# category: X` near the top, else from a KernelBench-style name, else the sub-folder."""
     head = "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[:5])
     found = CATEGORY.search(head)
     if found:
         return found.group(1)
+    for name, pattern in NAME_CATEGORIES:
+        if re.search(pattern, path.stem, re.IGNORECASE):
+            return name
     parent = path.parent.relative_to(root)
     return str(parent) if str(parent) != "." else "uncategorised"
 
@@ -54,55 +90,188 @@ def task_files(root: Path, entry: str, match: str | None) -> list[Path]:
     return [p for p in files if match is None or re.search(match, str(p))]
 
 
-async def convert_one(path: Path, root: Path, entry: str, model: str, backend: str) -> Outcome:
+def _shrunk_copy(path: Path, scratch: Path, max_elements: int | None
+                 ) -> tuple[Path, str, bool, int]:
+    """(file to load, what was shrunk, fits, minimum bytes) for one task file."""
+    source = path.read_text(encoding="utf-8", errors="replace")
+    note, fits = "", True
+    if max_elements is not None:
+        shrunk = shrink_source(source, max_elements)
+        note = ", ".join(f"{k}={old}->{new}" for k, (old, new) in shrunk.changed.items())
+        fits, source = shrunk.fits, shrunk.source
+        path = scratch / path.name
+        path.write_text(source, encoding="utf-8")
+    try:
+        least = minimum_bytes(source)
+    except Exception:
+        least = 0
+    return path, note, fits, least
+
+
+def lower_only(path: Path, root: Path, entry: str, max_elements: int | None) -> Outcome:
+    """The lowering's decision alone (lowered / declined, and its time): no verification."""
+    from nkibot.convert.models.lowering import Declined, lower_task
+
+    category = category_of(path, root)
+    started = time.monotonic()
+    source = path.read_text(encoding="utf-8", errors="replace")
+    note, fits = "", True
+    try:
+        if max_elements is not None:
+            shrunk = shrink_source(source, max_elements)
+            note = ", ".join(f"{k}={a}->{b}" for k, (a, b) in shrunk.changed.items())
+            source, fits = shrunk.source, shrunk.fits
+        if not fits:
+            return Outcome(str(path), category, "too_big", 0.0, 0, "inputs stay too big")
+        task = meta_task(source, str(path), entry)
+        decided = time.monotonic()
+        result = lower_task(task)
+    except Exception as exc:  # the suite reports crashes, it does not stop on them
+        return Outcome(str(path), category, "failed", time.monotonic() - started, 0,
+                       f"crash: {type(exc).__name__}: {exc}", shrunk=note)
+    lower_s = time.monotonic() - decided
+    if isinstance(result, Declined):
+        return Outcome(str(path), category, "declined", time.monotonic() - started, 0,
+                       f"the lowering declined: {result.reason}"[:200], shrunk=note,
+                       lower_s=lower_s)
+    return Outcome(str(path), category, "lowered", time.monotonic() - started, 0,
+                   f"{len(result.source.splitlines())} lines", shrunk=note, lower_s=lower_s)
+
+
+async def convert_one(path: Path, root: Path, entry: str, model: str, backend: str,
+                      max_elements: int | None = None) -> Outcome:
     from nkibot.config.settings import Settings
     from nkibot.convert.pipeline import convert
     from nkibot.convert.taskload import TaskLoadError, load_task
 
     category = category_of(path, root)
     started = time.monotonic()
-    try:
-        task = await asyncio.to_thread(load_task, path, entry)
-        result = await convert(task, settings=Settings(), model=model, backend=backend)
-    except TaskLoadError as exc:
-        return Outcome(str(path), category, "failed", time.monotonic() - started, 0,
-                       f"could not load: {exc}")
-    except Exception as exc:  # the suite reports crashes, it does not stop on them
-        return Outcome(str(path), category, "failed", time.monotonic() - started, 0,
-                       f"crash: {type(exc).__name__}: {exc}")
-    reason = "; ".join(result.reasons)[:160]
+    with tempfile.TemporaryDirectory(prefix="nkibot-suite-") as scratch:
+        try:
+            load_path, note, fits, least = _shrunk_copy(path, Path(scratch), max_elements)
+        except Exception as exc:
+            return Outcome(str(path), category, "failed", time.monotonic() - started, 0,
+                           f"could not shrink: {type(exc).__name__}: {exc}")
+        if not fits:
+            return Outcome(str(path), category, "too_big", time.monotonic() - started, 0,
+                           f"inputs stay over {max_elements} elements ({note})", shrunk=note)
+        try:
+            task = await asyncio.to_thread(load_task, load_path, entry, display_path=str(path))
+            decided = time.monotonic()
+            declined = await asyncio.to_thread(_lowering_declines, task) if (
+                model == "lowering") else None
+            lower_s = time.monotonic() - decided
+            if declined is not None:
+                return Outcome(str(path), category, "declined", time.monotonic() - started, 0,
+                               declined[:200], shrunk=note, lower_s=lower_s)
+            result = await convert(task, settings=Settings(), model=model, backend=backend)
+        except TaskLoadError as exc:
+            return Outcome(str(path), category, "failed", time.monotonic() - started, 0,
+                           f"could not load: {exc}", shrunk=note)
+        except Exception as exc:  # the suite reports crashes, it does not stop on them
+            return Outcome(str(path), category, "failed", time.monotonic() - started, 0,
+                           f"crash: {type(exc).__name__}: {exc}", shrunk=note)
+    reason = "; ".join(result.reasons)[:200]
+    stats = result.profile.sim_stats if result.profile is not None else {}
+    dma = stats.get("dma_bytes", 0)
+    modelled = result.profile.model if result.profile is not None else {}
+    fraction = modelled.get("roofline_fraction")
     return Outcome(str(path), category, result.status, time.monotonic() - started,
-                   result.tokens.total, reason)
+                   result.tokens.total, reason, int(dma) if isinstance(dma, int) else 0,
+                   least, note, lower_s,
+                   float(fraction) if isinstance(fraction, int | float) else None)
+
+
+def _lowering_declines(task: object) -> str | None:
+    """The lowering's decline reason, decided before the reference runs (None: it lowers).
+
+    Runs the lowering in this process (it executes the task file, as the shrinking does):
+    a decline costs no reference run and its time is the lowering's alone.
+    """
+    from nkibot.convert.models.lowering import Declined, lower_task
+
+    result = lower_task(task)  # type: ignore[arg-type]
+    return f"the lowering declined: {result.reason}" if isinstance(result, Declined) else None
 
 
 def table(outcomes: list[Outcome]) -> str:
     groups: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         groups[o.category].append(o)
-    head = (f"| {'category':<14} | tasks | verified | declined | failed | mean s/task | "
-            "tokens |")
+    head = (f"| {'category':<14} | tasks | verified | lowered (unverified) | declined | "
+            "failed | too big | "
+            "mean s/task | slowest decline s | tokens |")
     lines = [head, "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"]
     for name in [*sorted(groups), "all"]:
         rows = outcomes if name == "all" else groups[name]
-        count = {s: sum(1 for o in rows if o.status == s) for s in ("verified", "declined")}
-        failed = len(rows) - count["verified"] - count["declined"]
+        count = {s: sum(1 for o in rows if o.status == s)
+                 for s in ("verified", "declined", "too_big", "lowered")}
+        failed = len(rows) - sum(count.values())
         mean = sum(o.seconds for o in rows) / max(len(rows), 1)
+        declines = [o.lower_s for o in rows if o.status == "declined"]
+        slowest = f"{max(declines):.2f}" if declines else "-"
         tokens = sum(o.tokens for o in rows)
         lines.append(f"| {name:<14} | {len(rows):>5} | {count['verified']:>8} | "
-                     f"{count['declined']:>8} | {failed:>6} | {mean:>11.1f} | {tokens:>6} |")
+                     f"{count['lowered']:>20} | {count['declined']:>8} | {failed:>6} | "
+                     f"{count['too_big']:>7} | "
+                     f"{mean:>11.1f} | {slowest:>17} | {tokens:>6} |")
     return "\n".join(lines)
+
+
+def roofline_summary(outcomes: list[Outcome]) -> str:
+    """Roofline fractions of the verified kernels (cost model estimate, not a measurement)."""
+    values = sorted(o.roofline for o in outcomes if o.status == "verified"
+                    and o.roofline is not None)
+    if not values:
+        return "roofline fraction: no verified kernel carries a cost-model estimate"
+    mid = values[len(values) // 2]
+    return (f"roofline fraction (model estimate, trn1, not a measurement) over {len(values)} "
+            f"verified: min {values[0]:.3f}  median {mid:.3f}  max {values[-1]:.3f}; "
+            f">=0.5: {sum(1 for v in values if v >= 0.5)}, <0.1: "
+            f"{sum(1 for v in values if v < 0.1)}")
+
+
+def traffic_summary(outcomes: list[Outcome]) -> str:
+    """Distribution of DMA bytes / minimum over the verified kernels (simulator counts)."""
+    ratios = sorted(r for o in outcomes if o.status == "verified"
+                    for r in [o.traffic] if r is not None)
+    if not ratios:
+        return "traffic (DMA bytes / minimum): no verified kernel with simulator counts"
+    def q(f: float) -> float:
+        return ratios[min(len(ratios) - 1, int(f * len(ratios)))]
+    worst = max((o for o in outcomes if o.traffic is not None and o.status == "verified"),
+                key=lambda o: o.traffic or 0.0)
+    return (f"traffic (DMA bytes / minimum, simulator counts) over {len(ratios)} verified: "
+            f"min {ratios[0]:.2f}  p25 {q(0.25):.2f}  median {q(0.5):.2f}  p75 {q(0.75):.2f}  "
+            f"max {ratios[-1]:.2f} ({Path(worst.path).name}); "
+            f"<=1.5x: {sum(1 for r in ratios if r <= 1.5)}, >4x: {sum(1 for r in ratios if r > 4)}")
 
 
 async def run(args: argparse.Namespace) -> list[Outcome]:
     root = Path(args.dir)
     outcomes = []
     for path in task_files(root, args.entry, args.match):
-        outcome = await convert_one(path, root, args.entry, args.model, args.backend)
+        if args.lower_only:
+            outcome = lower_only(path, root, args.entry, args.max_input_elements)
+        else:
+            outcome = await convert_one(path, root, args.entry, args.model, args.backend,
+                                        args.max_input_elements)
         outcomes.append(outcome)
         note = f"  ({outcome.reason})" if outcome.status != "verified" and outcome.reason else ""
+        ratio = f"  traffic {outcome.traffic:.2f}x" if outcome.traffic else ""
+        if outcome.roofline is not None:
+            ratio += f"  roofline {outcome.roofline:.3f} (model)"
+        if outcome.status == "declined":
+            ratio = f"  (lowering {outcome.lower_s:.2f}s)"
         print(f"{outcome.status:<9} {outcome.seconds:6.1f}s  {outcome.category:<14} "
-              f"{path.relative_to(root)}{note}", flush=True)
+              f"{path.relative_to(root)}{ratio}{note}", flush=True)
+        if args.json:  # written as it goes: an interrupted run keeps what it measured
+            Path(args.json).write_text(json.dumps([_row(o) for o in outcomes], indent=2))
     return outcomes
+
+
+def _row(o: Outcome) -> dict[str, object]:
+    return {**asdict(o), "traffic": o.traffic}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,17 +282,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entry", default="Model", help="class to convert in each file")
     parser.add_argument("--match", default=None, help="only paths matching this regex")
     parser.add_argument("--json", default=None, help="also write per-task outcomes here")
+    parser.add_argument("--lower-only", action="store_true",
+                        help="only the lowering's decision (lowered/declined), no verification")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                        help="print the table of earlier --json files (later ones win)")
+    parser.add_argument("--max-input-elements", type=int, default=None, metavar="N",
+                        help="convert a copy with size constants halved until every input "
+                             "has at most N elements (e.g. 4194304 for the simulator)")
     args = parser.parse_args(argv)
     if not Path(args.dir).is_dir():
         parser.error(f"{args.dir} is not a folder")
+    if args.merge:
+        merged: dict[str, Outcome] = {}
+        for name in args.merge:
+            for row in json.loads(Path(name).read_text()):
+                row.pop("traffic", None)
+                merged[row["path"]] = Outcome(**row)
+        print(table(list(merged.values())))
+        print(traffic_summary(list(merged.values())))
+        print(roofline_summary(list(merged.values())))
+        return 0
     started = time.monotonic()
     outcomes = asyncio.run(run(args))
     print()
     print(f"model={args.model} backend={args.backend} tasks={len(outcomes)} "
           f"wall={time.monotonic() - started:.0f}s")
     print(table(outcomes))
+    print(traffic_summary(outcomes))
+    print(roofline_summary(outcomes))
     if args.json:
-        Path(args.json).write_text(json.dumps([asdict(o) for o in outcomes], indent=2))
+        Path(args.json).write_text(json.dumps([_row(o) for o in outcomes], indent=2))
     return 0
 
 

@@ -7,7 +7,9 @@ Kernel calling convention (fixed; recorded in every result): the generated
 `@nki.jit` function takes the forward's tensor inputs in order, then the module's
 parameters and buffers in `state_dict()` order, as arrays, and returns the output(s).
 int64 tensors (class indices, BatchNorm's `num_batches_tracked`) arrive as int32: NKI
-has no 64-bit integers.
+has no 64-bit integers. A Python scalar forward argument (`forward(A, s)` with `s` a float
+from `get_inputs()`) is not a kernel argument: its value (`InputSpec.value`) is a
+compile-time constant of the kernel, and every trial passes that value to the reference.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from nkibot.results import KernelArg
 
@@ -37,6 +45,20 @@ class InputSpec(BaseModel):
     name: str
     shape: tuple[int, ...]
     dtype: Dtype = "float32"
+    #: Set for a Python scalar argument: the compile-time constant (shape (), no kernel arg).
+    value: float | int | bool | None = None
+
+    @property
+    def is_constant(self) -> bool:
+        return self.value is not None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_value(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # a tensor input serialises as before (name, shape, dtype): snapshots and peers agree
+        data: dict[str, object] = handler(self)
+        if data.get("value") is None:
+            data.pop("value", None)
+        return data
 
 
 class Tolerance(BaseModel):
@@ -114,7 +136,7 @@ def _identifier(key: str) -> str:
 def describe_kernel_args(task: Task) -> list[KernelArg]:
     """Kernel arguments in calling-convention order: forward inputs, then state_dict."""
     args = [KernelArg(name=s.name, source="input", index=i, shape=list(s.shape), dtype=s.dtype)
-            for i, s in enumerate(task.inputs)]
+            for i, s in enumerate(task.inputs) if not s.is_constant]
     taken = {a.name for a in args}
     for spec in task.state_dict:
         name = _identifier(spec.name)

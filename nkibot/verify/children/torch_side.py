@@ -111,17 +111,22 @@ def describe(request: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "error": {"type": "ReferenceProblem", "message": str(exc)}}
     names = _param_names(model)
     get_inputs = getattr(module, "get_inputs", None)
-    inputs = None
+    inputs: list[dict[str, Any]] | None = None
     if callable(get_inputs):
         torch.manual_seed(0)
         values = list(get_inputs())
         inputs = []
         for i, value in enumerate(values):
             name = names[i] if i < len(names) else f"input{i}"
+            if isinstance(value, bool | int | float) and not isinstance(value, torch.Tensor):
+                # a Python scalar: a compile-time constant of the kernel, not an argument
+                dtype = "float32" if isinstance(value, float) else "int32"
+                inputs.append({"name": name, "shape": [], "dtype": dtype, "value": value})
+                continue
             if not isinstance(value, torch.Tensor):
                 return {"ok": False, "error": {"type": "ReferenceProblem", "message": (
-                    f"get_inputs() item {i} ({name}) is a {type(value).__name__}, not a tensor; "
-                    "only tensor forward inputs are supported")}}
+                    f"get_inputs() item {i} ({name}) is a {type(value).__name__}, not a tensor "
+                    "or a Python number; only those forward inputs are supported")}}
             inputs.append(_spec(name, value))
     state = model.state_dict() if isinstance(model, torch.nn.Module) else {}
     return {
@@ -135,7 +140,7 @@ def describe(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _trial_inputs(get_inputs: Any, specs: list[dict[str, Any]], seed: int) -> list[torch.Tensor]:
+def _trial_inputs(get_inputs: Any, specs: list[dict[str, Any]], seed: int) -> list[Any]:
     values: list[Any] = []
     if get_inputs is not None:
         torch.manual_seed(seed)
@@ -143,6 +148,9 @@ def _trial_inputs(get_inputs: Any, specs: list[dict[str, Any]], seed: int) -> li
     gen = torch.Generator().manual_seed(seed)
     out = []
     for i, spec in enumerate(specs):
+        if spec.get("value") is not None:
+            out.append(spec["value"])  # the kernel's compile-time constant, every trial
+            continue
         dtype = TORCH_DTYPES[spec["dtype"]]
         value = values[i] if i < len(values) else None
         if isinstance(value, torch.Tensor) and list(value.shape) == list(spec["shape"]):
@@ -156,12 +164,12 @@ def _trial_inputs(get_inputs: Any, specs: list[dict[str, Any]], seed: int) -> li
     return out
 
 
-def _large(inputs: list[torch.Tensor], seed: int, scale: float) -> list[torch.Tensor]:
+def _large(inputs: list[Any], seed: int, scale: float) -> list[Any]:
     """Large magnitudes with both signs: floats scaled and randomly sign-flipped."""
     gen = torch.Generator().manual_seed(seed)
     out = []
     for t in inputs:
-        if t.is_floating_point():
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
             signs = torch.where(torch.rand(t.shape, generator=gen) < 0.5, -1.0, 1.0)
             out.append((t.float() * signs * scale).to(t.dtype))
         else:
@@ -177,9 +185,10 @@ def _flatten(result: Any) -> list[torch.Tensor]:
     return items
 
 
-def _run(model: Any, inputs: list[torch.Tensor], fp32: bool) -> list[torch.Tensor]:
+def _run(model: Any, inputs: list[Any], fp32: bool) -> list[torch.Tensor]:
     if fp32:
-        inputs = [t.float() if t.is_floating_point() else t for t in inputs]
+        inputs = [t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                  for t in inputs]
     with torch.no_grad():
         return _flatten(model(*inputs))
 
@@ -223,11 +232,11 @@ def _state_array(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
 
 
 def _one_trial(request: dict[str, Any], t: int, seed: int, label: str,
-               inputs: list[torch.Tensor], model: Any, native_model: Any,
+               inputs: list[Any], model: Any, native_model: Any,
                low: bool) -> dict[str, Any]:
     inputs_dir, expected_dir = Path(request["inputs_dir"]), Path(request["expected_dir"])
     saved = [save_array(inputs_dir / f"trial{t}_in{i}.npy", to_numpy(x))
-             for i, x in enumerate(inputs)]
+             for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
     outputs = _run(model, inputs, fp32=True)
     expected = [save_array(expected_dir / f"trial{t}_out{k}.npy", to_numpy(o.float()
                 if o.dtype == torch.float64 else o)) for k, o in enumerate(outputs)]
@@ -238,7 +247,8 @@ def _one_trial(request: dict[str, Any], t: int, seed: int, label: str,
             native = [torch_dtype_name(o.dtype) for o in _run(native_model, inputs, fp32=False)]
         except Exception as exc:  # some ops have no low-precision CPU kernel
             native_error = f"{type(exc).__name__}: {exc}"[:300]
-            low_dtypes = [x.dtype for x in inputs if x.dtype in (torch.bfloat16, torch.float16)]
+            low_dtypes = [x.dtype for x in inputs if isinstance(x, torch.Tensor)
+                          and x.dtype in (torch.bfloat16, torch.float16)]
             native = [torch_dtype_name(low_dtypes[0]) if n == "float32" and low_dtypes else n
                       for n in native]
     return {"seed": seed, "label": label, "inputs": saved, "expected": expected,

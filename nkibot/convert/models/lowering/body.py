@@ -147,7 +147,22 @@ class TileEmitter:
             return self.reduce(op)
         if op.op == "view":
             return self.value(op.args[0].name)  # type: ignore[union-attr]
+        if op.op in ("triu", "tril"):
+            return self.triangle(op)
         raise LayoutError(f"{op.origin}: no emitter for {op.op}")
+
+    def triangle(self, op: Op) -> str:
+        """torch.triu/tril of a 2-D value: keep where column - row >= (<=) the diagonal."""
+        if self.final or self.pl.frame.outer > 1 or len(op.shape) != 2:
+            raise LayoutError(f"{op.origin}: triu/tril of a value that is not a 2-D matrix")
+        offsets = self.names.fresh(f"{op.name}_diag")
+        self.block.line(f"{offsets} = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.sbuf)")
+        self.block.line(f"nisa.iota({offsets}, [[1, q]], offset=c0 - r0, channel_multiplier=-1)"
+                        "  # column - row")
+        test = "nl.greater_equal" if op.op == "triu" else "nl.less_equal"
+        diagonal = float(str(op.attr("diagonal", 0)))
+        keep = f"{test}({offsets}, {diagonal!r}, dtype=nl.float32)"
+        return f"nl.multiply({self.operand(op.args[0], FULL)}, {keep})"
 
     def where_operand(self, arg: Arg, kind: str) -> str:
         if isinstance(arg, Ref):

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import math
 
-from nkibot.convert.models.lowering.decompose import get, out_shape, register, tensor
+from nkibot.convert.models.lowering.decompose import (
+    HANDLERS,
+    Handler,
+    get,
+    out_shape,
+    register,
+    tensor,
+)
 from nkibot.convert.models.lowering.ir import Arg, Ref
 from nkibot.convert.models.lowering.reductions import vector_norm
 from nkibot.convert.models.lowering.sink import Sink, Unsupported, norm_dims
@@ -67,11 +74,24 @@ def _layer_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     count = len(normalized) if isinstance(normalized, list | tuple) else 1
     dims = tuple(range(rank - count, rank))
     eps = float(get(a, k, 4, "eps", 1e-5))  # type: ignore[arg-type]
+    weight, bias = get(a, k, 2, "weight"), get(a, k, 3, "bias")
+    if math.prod(s.shape(x)[rank - count:]) > BLOCK_ROWS:
+        return _blocknorm(s, x, weight, bias, kind="layer", eps=eps, count=count)
     centred = s.sub(x, s.mean(x, dims, True))
     var = s.mean(s.emit("square", centred), dims, True)
-    weight, bias = get(a, k, 2, "weight"), get(a, k, 3, "bias")
     y = s.mul(centred, s.emit("rsqrt", s.add(var, eps)), last=weight is None and bias is None)
     return _affine(s, y, weight, bias, None)
+
+
+#: Normalised rows longer than this go to the block emitter (norm.py), not one row a tile.
+BLOCK_ROWS = 4096
+
+
+def _blocknorm(s: Sink, x: Arg, weight: object, bias: object, **attrs: object) -> Arg:
+    params = [tensor(p) for p in (weight, bias) if p is not None]
+    if weight is None and bias is not None:
+        raise Unsupported("aten.native_layer_norm.default", "a bias without a weight")
+    return s.emit("blocknorm", x, *params, shape=s.shape(x), last=True, **attrs)
 
 
 @register("rms_norm")
@@ -137,9 +157,9 @@ def _group_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     shape = s.shape(x)
     groups = int(get(a, k, 1, "num_groups"))  # type: ignore[call-overload]
     weight, bias = get(a, k, 2, "weight"), get(a, k, 3, "bias")
-    if weight is not None or bias is not None:
-        raise Unsupported("aten.native_group_norm.default", "affine group norm layout")
     eps = float(get(a, k, 4, "eps", 1e-5))  # type: ignore[arg-type]
+    if weight is not None or bias is not None or math.prod(shape[1:]) // groups > BLOCK_ROWS:
+        return _blocknorm(s, x, weight, bias, kind="group", eps=eps, groups=groups)
     grouped = s.emit("view", x, shape=(shape[0], groups, math.prod(shape[1:]) // groups))
     centred = s.sub(grouped, s.mean(grouped, (2,), True))
     var = s.mean(s.emit("square", centred), (2,), True)
@@ -207,3 +227,34 @@ def _addmm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     beta, alpha = get(a, k, 3, "beta", 1), get(a, k, 4, "alpha", 1)
     y = s.mul(s.emit("matmul", x, w, shape=out_shape(k)), alpha)  # type: ignore[arg-type]
     return s.add(y, s.mul(bias, beta), last=True)  # type: ignore[arg-type]
+
+
+def _triangle(op: str) -> Handler:
+    def handle(s: Sink, a: list[object], k: dict[str, object]) -> object:
+        x = tensor(a[0])
+        if len(s.shape(x)) != 2:
+            raise Unsupported(f"aten.{op}.default", "a batch of matrices")
+        diagonal = int(str(get(a, k, 1, "diagonal", 0)))
+        return s.emit(op, x, shape=s.shape(x), last=True, diagonal=diagonal)
+    return handle
+
+
+HANDLERS.update(triu=_triangle("triu"), tril=_triangle("tril"))
+
+
+@register("einsum")
+def _einsum(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    """Einsums that are one matmul: `...l,lk->...k` (a batch of rows times one matrix) and
+    `...ij,...jk->...ik`."""
+    equation = str(a[0]).replace(" ", "")
+    operands = a[1:] if len(a) > 2 else list(a[1]) if isinstance(a[1], list | tuple) else []
+    if len(operands) != 2 or "->" not in equation:
+        raise Unsupported("aten.einsum.default", f"equation {equation!r}")
+    (left, right), out = equation.split("->")[0].split(","), equation.split("->")[1]
+    x, y = tensor(operands[0]), tensor(operands[1])
+    shared = len(right) == 2 and left[-1] == right[0] and out == left[:-1] + right[1]
+    batched = (len(left) == len(right) == len(out) >= 2 and left[:-2] == right[:-2] == out[:-2]
+               and left[-1] == right[-2] and out[-2:] == left[-2] + right[-1])
+    if not (shared or batched) or len(set(left)) != len(left):
+        raise Unsupported("aten.einsum.default", f"equation {equation!r} is not one matmul")
+    return s.emit("matmul", x, y, shape=out_shape(k), last=True)

@@ -19,7 +19,10 @@ BINARY: frozenset[str] = frozenset({
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "gt", "ge", "lt", "le", "eq", "ne",
 })
 REDUCE: frozenset[str] = frozenset({"rsum", "rmax", "rmin", "rprod"})
-OTHER: frozenset[str] = frozenset({"where", "view", "transpose", "matmul", "slice", "iota"})
+OTHER: frozenset[str] = frozenset({"where", "view", "transpose", "matmul", "slice", "iota",
+                                   "conv", "pool", "scan", "flip", "triu",
+                                   "tril", "blocknorm", "narrow", "select",
+                                   "zeros"})
 PRIMITIVES: frozenset[str] = UNARY | BINARY | REDUCE | OTHER
 
 
@@ -78,6 +81,8 @@ class Graph:
     leaves: list[Leaf] = field(default_factory=list)
     ops: list[Op] = field(default_factory=list)
     outputs: list[Ref] = field(default_factory=list)
+    #: Python scalar forward arguments, folded in as compile-time constants (name -> value).
+    constants: dict[str, Scalar] = field(default_factory=dict)
 
     def leaf(self, name: str) -> Leaf | None:
         return next((leaf for leaf in self.leaves if leaf.name == name), None)

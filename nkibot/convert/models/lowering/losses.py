@@ -97,3 +97,21 @@ def _cross_entropy(s: Sink, a: list[object], k: dict[str, object]) -> object:
     if reduction == "none":
         return s.emit("view", s.sub(lse, picked), shape=shape[:1], last=True)
     return _reduce_loss(s, s.sub(lse, picked), reduction)
+
+
+@register("triplet_margin_loss")
+def _triplet_margin(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    """mean(max(d(a, p) - d(a, n) + margin, 0)), d = ||x - y + eps||_p over the last dim."""
+    anchor, pos, neg = tensor(a[0]), tensor(a[1]), tensor(a[2])
+    margin = float(get(a, k, 3, "margin", 1.0))  # type: ignore[arg-type]
+    p = float(get(a, k, 4, "p", 2.0))  # type: ignore[arg-type]
+    eps = float(get(a, k, 5, "eps", 1e-6))  # type: ignore[arg-type]
+    if get(a, k, 6, "swap", False) or p != 2.0:
+        raise Unsupported("aten.triplet_margin_loss.default", "swap or p != 2")
+    last = len(s.shape(anchor)) - 1
+
+    def dist(x: Arg, y: Arg) -> Arg:
+        diff = s.add(s.sub(x, y), eps)
+        return s.emit("sqrt", s.reduce("rsum", s.emit("square", diff), (last,), True))
+    hinge = s.emit("maximum", s.add(s.sub(dist(anchor, pos), dist(anchor, neg)), margin), 0.0)
+    return _reduce_loss(s, hinge, get(a, k, 7, "reduction", "mean"))

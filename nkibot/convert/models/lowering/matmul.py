@@ -26,8 +26,10 @@ from nkibot.convert.models.lowering.layout import (
     place,
 )
 from nkibot.convert.models.lowering.rowwise import Kernel, Output, view_definition
+from nkibot.convert.models.lowering.tiling import SCORER_NAME, Candidate, choose
 
 NMAX = 512  # gemm_moving_fmax: one PSUM bank of fp32
+PANEL_BUDGET = 96 * 1024  # bytes per partition a resident B panel may take
 
 
 def _operand(res: Resolved, arg: object, what: str) -> LeafView:
@@ -90,17 +92,75 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     a_v, b_v = kernel.names.fresh(f"{a.leaf.name}_mm"), kernel.names.fresh(f"{b.leaf.name}_mm")
     kernel.body.line(f"{a_v} = {_hbm_view(a, ga, rows, k)}")
     kernel.body.line(f"{b_v} = {_hbm_view(b, gb, k, n)}")
-    block_fn = _emit_block_helper(kernel, a, b, compute)
+    n_tile = PMAX if b.transposed else NMAX
+    itemsize = 2 if compute != "nl.float32" else 4
+    plan = _tiling(a, b, groups * rows, k, n, n_tile, itemsize)
+    kernel.body.comment(f"tiling: {plan.name} (chosen by {SCORER_NAME})")
+    panel = plan.name == "b-panel"
+    block_fn = _emit_block_helper(kernel, a, b, compute, panel)
     tile_fn, params = _emit_tile_helper(kernel, res, pl, mm.name, outputs[0], block_fn,
                                         k, rows, (ga > 1, gb > 1))
-    n_tile = PMAX if b.transposed else NMAX
     body = kernel.body
+    if panel:
+        panel_fn = _emit_panel_helper(kernel, b, compute, k, rows, tile_fn, params, gb > 1)
+        call = f"{panel_fn}({', '.join([a_v, b_v, *params])}, {{g0}}, {{n0}}, {{nsz}})"
+        emit_grid(body, [Axis("g", groups, 1), Axis("n", n, n_tile)], call, "affine_range")
+        return
     call = f"{tile_fn}({', '.join([a_v, b_v, *params])}, {{g0}}, {{m0}}, {{msz}}, {{n0}}, {{nsz}})"
     emit_grid(body, [Axis("g", groups, 1), Axis("m", rows, PMAX), Axis("n", n, n_tile)], call,
               "affine_range")
 
 
-def _emit_block_helper(kernel: Kernel, a: LeafView, b: LeafView, compute: str) -> str:
+def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int, n_tile: int,
+            itemsize: int) -> Candidate:
+    """Stream both operands per output tile, or keep B's [K, n_tile] panel resident."""
+    a_bytes, b_bytes = m * k * itemsize, k * n * itemsize
+    m_tiles, n_tiles, k_tiles = -(-m // PMAX), -(-n // n_tile), -(-k // PMAX)
+    a_transposes = 0 if a.transposed else m_tiles * k_tiles * n_tiles
+    b_blocks = k_tiles * n_tiles if b.transposed else 0
+    stream = Candidate("stream", a_bytes * n_tiles + b_bytes * m_tiles,
+                       a_transposes + b_blocks * m_tiles, 3 * NMAX * 4)
+    panel = Candidate("b-panel", a_bytes * n_tiles + b_bytes, a_transposes + b_blocks,
+                      k_tiles * n_tile * itemsize + 2 * NMAX * 4)
+    return choose([stream, panel], PANEL_BUDGET)
+
+
+def _emit_panel_helper(kernel: Kernel, b: LeafView, compute: str, k: int, rows: int,
+                       tile_fn: str, params: list[str], batched_b: bool) -> str:
+    """Columns c0..c0+q: B's [K, q] panel loaded (and transposed) once for every M tile."""
+    fn = kernel.names.fresh("matmul_panel")
+    load_fn = kernel.names.fresh("panel_block")
+    blk = Block(depth=1)
+    gb = "g" if batched_b else "0"
+    k_tiles = -(-k // PMAX)
+    blk.line(f"b_sb = nl.ndarray(({PMAX}, {k_tiles}, q), dtype={compute}, buffer=nl.sbuf)")
+    emit_grid(blk, [Axis("k", k, PMAX)], f"{load_fn}(b_sb, b_v, {gb}, c0, q, {{k0}}, {{ksz}})",
+              "affine_range")
+    blk.comment("every M tile reuses the resident panel")
+    emit_grid(blk, [Axis("m", rows, PMAX)],
+              f"{tile_fn}(a_v, b_sb, {', '.join(params)}, g, {{m0}}, {{msz}}, c0, q)",
+              "affine_range")
+    kernel.helpers.append([f"def {fn}(a_v, b_v, {', '.join(params)}, g, c0, q):",
+                           '    """Output columns c0..c0+q: load B\'s panel once, then every '
+                           'row tile."""', *blk.lines])
+    lb = Block(depth=1)
+    if b.transposed:
+        lb.comment("B is stored transposed ([N, K]): transpose its block once, into the panel")
+        lb.line(f"b_blk = nl.load(b_v[gb, nl.ds(c0, q), nl.ds(k0, ksz)], dtype={compute})")
+        lb.line(f"b_ps = nl.ndarray((ksz, q), dtype={compute}, buffer=nl.psum)")
+        lb.line("nisa.nc_transpose(b_ps, b_blk)")
+        lb.line(f"nisa.tensor_copy(b_sb[0:ksz, k0 // {PMAX}, 0:q], b_ps)")
+    else:
+        lb.line(f"nisa.dma_copy(dst=b_sb[0:ksz, k0 // {PMAX}, 0:q], "
+                "src=b_v[gb, nl.ds(k0, ksz), nl.ds(c0, q)])")
+    kernel.helpers.append(["def " + load_fn + "(b_sb, b_v, gb, c0, q, k0, ksz):",
+                           '    """K block k0..k0+ksz of B\'s panel at columns c0..c0+q."""',
+                           *lb.lines])
+    return fn
+
+
+def _emit_block_helper(kernel: Kernel, a: LeafView, b: LeafView, compute: str,
+                       panel: bool = False) -> str:
     fn = kernel.names.fresh("matmul_block")
     blk = Block(depth=1)
     if a.transposed:
@@ -111,7 +171,10 @@ def _emit_block_helper(kernel: Kernel, a: LeafView, b: LeafView, compute: str) -
         blk.comment("stationary operand: A block [p, ksz] transposed to [ksz, p] on the PE")
         blk.line(f"a_blk = nl.load(a_v[ga, nl.ds(m0, p), nl.ds(k0, ksz)], dtype={compute})")
         _transpose(blk, "a_blk", "a_t", "ksz", "p", compute)
-    if b.transposed:
+    if panel:
+        blk.comment("B's block comes from the resident panel (b_v is the panel here)")
+        blk.line(f"b_t = b_v[0:ksz, k0 // {PMAX}, 0:q]")
+    elif b.transposed:
         blk.comment("B is stored transposed ([N, K], e.g. an nn.Linear weight): transpose it")
         blk.line(f"b_blk = nl.load(b_v[gb, nl.ds(c0, q), nl.ds(k0, ksz)], dtype={compute})")
         _transpose(blk, "b_blk", "b_t", "ksz", "q", compute)

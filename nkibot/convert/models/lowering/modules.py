@@ -59,6 +59,29 @@ def _group_norm(m: Any, target: str, args: list[Any], state: dict[str, str]) -> 
                           _param(state, target, "bias"), m.eps], {}
 
 
+def _conv(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
+    transposed = bool(getattr(m, "transposed", False))
+    if getattr(m, "padding_mode", "zeros") != "zeros":
+        return f"conv_padding_{m.padding_mode}", args, {}
+    extra = {"stride": tuple(m.stride), "padding": m.padding, "dilation": tuple(m.dilation),
+             "groups": m.groups, "transposed": transposed,
+             "output_padding": tuple(getattr(m, "output_padding", ()) or ())}
+    return "convolution", [args[0], _param(state, target, "weight"),
+                           _param(state, target, "bias")], extra
+
+
+def _max_pool(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
+    n = type(m).__name__[-2]
+    return f"max_pool{n}d", [args[0], m.kernel_size, m.stride, m.padding, m.dilation,
+                             m.ceil_mode, m.return_indices], {}
+
+
+def _avg_pool(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
+    n = type(m).__name__[-2]
+    return f"avg_pool{n}d", [args[0], m.kernel_size, m.stride, m.padding, m.ceil_mode,
+                             m.count_include_pad, getattr(m, "divisor_override", None)], {}
+
+
 def _dropout(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
     if m.training and m.p > 0:
         return "dropout_training", args, {}
@@ -74,6 +97,10 @@ _MODULES: dict[str, Callable[..., Call]] = {
     "BatchNorm1d": _batch_norm, "BatchNorm2d": _batch_norm, "BatchNorm3d": _batch_norm,
     "InstanceNorm1d": _instance_norm, "InstanceNorm2d": _instance_norm,
     "InstanceNorm3d": _instance_norm, "GroupNorm": _group_norm,
+    "Conv1d": _conv, "Conv2d": _conv, "Conv3d": _conv, "ConvTranspose1d": _conv,
+    "ConvTranspose2d": _conv, "ConvTranspose3d": _conv,
+    "MaxPool1d": _max_pool, "MaxPool2d": _max_pool, "MaxPool3d": _max_pool,
+    "AvgPool1d": _avg_pool, "AvgPool2d": _avg_pool, "AvgPool3d": _avg_pool,
     "Dropout": _dropout, "Flatten": _flatten, "Identity": _simple("identity"),
     "ReLU": _simple("relu"), "Sigmoid": _simple("sigmoid"), "Tanh": _simple("tanh"),
     "GELU": _simple("gelu", "approximate"), "SiLU": _simple("silu"), "Mish": _simple("mish"),
@@ -88,6 +115,8 @@ _MODULES: dict[str, Callable[..., Call]] = {
     "HuberLoss": _simple("huber_loss", "reduction", "delta"),
     "KLDivLoss": _simple("kl_div", "reduction", "log_target"),
     "CosineSimilarity": _simple("cosine_similarity", "dim", "eps"),
+    "TripletMarginLoss": _simple("triplet_margin_loss", "margin", "p", "eps", "swap",
+                                 "reduction"),
 }
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 from nkibot.convert.models.lowering.builder import nl_dtype
-from nkibot.convert.models.lowering.ir import Graph
+from nkibot.convert.models.lowering.conv import emit_conv
+from nkibot.convert.models.lowering.ir import Graph, Ref
 from nkibot.convert.models.lowering.layout import (
     TOTAL,
     LayoutError,
@@ -17,7 +19,10 @@ from nkibot.convert.models.lowering.layout import (
     resolve,
 )
 from nkibot.convert.models.lowering.matmul import emit_matmul
+from nkibot.convert.models.lowering.norm import emit_blocknorm
+from nkibot.convert.models.lowering.pool import emit_pool
 from nkibot.convert.models.lowering.rowwise import Kernel, Output, emit_rowwise
+from nkibot.convert.models.lowering.scan import emit_scan
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,37 @@ class Declined:
 
     unsupported: list[str]
     reason: str
+
+
+#: Output bytes the CPU simulator can hold next to the inputs and the reference's copies
+#: (its sandbox has 8 GiB): larger outputs are declined before anything is allocated.
+SIM_OUTPUT_BUDGET = 512 * 1024 * 1024
+ITEMSIZE = {"float32": 4, "int32": 4, "int64": 4, "bfloat16": 2, "float16": 2, "int16": 2}
+
+
+def _too_big(graph: Graph) -> str:
+    sizes = []
+    for ref in graph.outputs:
+        found = graph.leaf(ref.name) or graph.op(ref.name)
+        if found is not None:
+            sizes.append((found.shape, math.prod(found.shape) * ITEMSIZE.get(found.dtype, 1)))
+    total = sum(n for _, n in sizes)
+    if total <= SIM_OUTPUT_BUDGET:
+        return ""
+    shapes = ", ".join("x".join(map(str, shape)) for shape, _ in sizes)
+    return (f"the outputs ({shapes}) take {total / 2**30:.1f} GiB, over the simulator's "
+            f"memory budget of {SIM_OUTPUT_BUDGET // 2**20} MiB: pass smaller input shapes "
+            "with --shape NAME=DIMSxDTYPE (e.g. halve the dims that size the output)")
+
+
+def prune(graph: Graph) -> Graph:
+    """The graph without ops no output needs (a flip folded into a scan leaves its own)."""
+    needed = {ref.name for ref in graph.outputs}
+    for op in reversed(graph.ops):
+        if op.name in needed:
+            needed |= {a.name for a in op.args if isinstance(a, Ref)}
+    return Graph(graph.leaves, [op for op in graph.ops if op.name in needed], graph.outputs,
+                 graph.constants)
 
 
 def kernel_name(entry: str) -> str:
@@ -65,6 +101,10 @@ def _place_any(res: Resolved, outputs: list[str]) -> Placement:
 def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
     if not graph.outputs:
         return Declined([], "the forward returns no tensor")
+    graph = prune(graph)
+    too_big = _too_big(graph)
+    if too_big:
+        return Declined([], too_big)
     try:
         res = resolve(graph)
         kernel = Kernel()
@@ -76,7 +116,15 @@ def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
                                     "as a () view")
             kernel.body.line(f"{out.var} = nl.ndarray({out.shape or (1,)!r}, "
                              f"dtype={nl_dtype(out.dtype)}, buffer=nl.shared_hbm)")
-        if any(op.op == "matmul" for op in res.ops):
+        if any(op.op == "blocknorm" for op in res.ops):
+            emit_blocknorm(res, outputs, kernel)
+        elif any(op.op == "scan" for op in res.ops):
+            emit_scan(res, outputs, kernel)
+        elif any(op.op == "pool" for op in res.ops):
+            emit_pool(res, outputs, kernel)
+        elif any(op.op == "conv" for op in res.ops):
+            emit_conv(res, outputs, kernel)
+        elif any(op.op == "matmul" for op in res.ops):
             emit_matmul(res, outputs, kernel)
         else:
             pl = _place_any(res, [o.name for o in outputs])
@@ -100,6 +148,9 @@ def _module_source(graph: Graph, entry: str, fn: str, kernel: Kernel, outputs: l
         f"Source ops: {', '.join(ops) or 'none'}.",
         f"Calling convention: {fn}({args}) -> {', '.join(o.var for o in outputs)}: forward "
         "inputs, then state_dict tensors.",
+        *([f"Compile-time constants (Python scalar forward arguments, not kernel arguments): "
+           f"{', '.join(f'{k} = {v!r}' for k, v in graph.constants.items())}."]
+          if graph.constants else []),
         "All arithmetic runs in fp32 tiles of at most 128 partitions.",
         '"""',
         "",

@@ -89,3 +89,24 @@ def _norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     p = get(a, k, 1, "p", k.get("ord", 2))
     dims = norm_dims(get(a, k, 2, "dim"), len(s.shape(x)))
     return vector_norm(s, x, p, dims, bool(get(a, k, 3, "keepdim", False)), last=True)
+
+
+def _arg_reduction(peak: str) -> Handler:
+    """argmax/argmin: the first index where x equals its max (min) along `dim`."""
+    def handle(s: Sink, a: list[object], k: dict[str, object]) -> object:
+        x = tensor(a[0])
+        dim = get(a, k, 1, "dim")
+        if dim is None:
+            raise Unsupported(f"aten.arg{peak[1:]}.default", "over the flattened tensor")
+        shape = s.shape(x)
+        dims = norm_dims(dim, len(shape))
+        keep = bool(get(a, k, 2, "keepdim", False))
+        hit = s.emit("eq", x, s.reduce(peak, x, dims, True))
+        # the index along dim, as fp32 (exact below 2**24); misses get a larger value
+        index = s.emit("iota", shape=tuple(d if i in dims else 1 for i, d in enumerate(shape)))
+        picked = s.emit("where", hit, index, float(shape[dims[0]]))
+        return s.reduce("rmin", picked, dims, keep, last=True)
+    return handle
+
+
+HANDLERS.update(argmax=_arg_reduction("rmax"), argmin=_arg_reduction("rmin"))

@@ -19,7 +19,13 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from nkibot.convert.models.lowering import composite, losses, reductions  # noqa: F401 - register handlers
+from nkibot.convert.models.lowering import (  # noqa: F401 - register handlers
+    composite,
+    convops,
+    losses,
+    reductions,
+    scanops,
+)
 from nkibot.convert.models.lowering.decompose import HANDLERS
 from nkibot.convert.models.lowering.ir import Graph, Leaf, Ref
 from nkibot.convert.models.lowering.modules import module_call
@@ -95,6 +101,8 @@ class _Lowerer(fx.Interpreter):
 
     def lower(self, n: fx.Node, result: object) -> object:
         if n.op == "placeholder":
+            if str(n.target) in self.ir.constants:
+                return self.ir.constants[str(n.target)]
             return Ref(next(self.placeholders).name)
         if n.op == "get_attr":
             key = str(n.target)
@@ -209,6 +217,9 @@ def trace_graph(task: Task) -> tuple[Graph, list[str]]:
         raise TraceError(f"torch.fx could not trace {task.entry_point}: {first}") from exc
     params = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, spec in zip(params, task.inputs, strict=False):
+        if spec.value is not None:  # a Python scalar: folded into the kernel as a constant
+            graph.constants[str(node.target)] = spec.value
+            continue
         graph.leaves.append(Leaf(sanitize(str(node.target), taken), tuple(spec.shape),
                                  spec.dtype, "input", str(node.target)))
     for key, value in module.state_dict().items():
@@ -219,7 +230,8 @@ def trace_graph(task: Task) -> tuple[Graph, list[str]]:
     if len(params) != len(task.inputs):
         raise TraceError(f"forward takes {len(params)} inputs, the task describes "
                          f"{len(task.inputs)}")
-    meta_inputs = [torch.empty(s.shape, dtype=TORCH_DTYPES[s.dtype], device="meta")
+    meta_inputs = [s.value if s.is_constant else
+                   torch.empty(s.shape, dtype=TORCH_DTYPES[s.dtype], device="meta")
                    for s in task.inputs]
     gm.to("meta")
     lowerer = _Lowerer(gm, graph, state)

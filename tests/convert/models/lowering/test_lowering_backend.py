@@ -10,7 +10,8 @@ from pathlib import Path
 from nkibot.convert.models.base import Conversation, Message, ToolCall, ToolResult
 from nkibot.convert.models.lowering import Lowered, LoweringBackend, lower_in_sandbox, lower_task
 from tests.convert.models.lowering.lowering_support import (
-    CONV_POOL_CUMSUM,
+    UNSUPPORTED_CHAIN,
+    UNSUPPORTED_OPS,
     make_task,
     module_source,
     simulate,
@@ -65,11 +66,10 @@ class TestLoweringBackend:
         assert reply.declined is None and reply.tool_calls
 
     async def test_unsupported_declined(self) -> None:
-        """conv/pool/cumsum graphs are declined with the op list."""
+        """Graphs of ops without handlers are declined with the op list."""
         reply = await LoweringBackend(lower=lower_task).turn(
-            _conversation(CONV_POOL_CUMSUM, [(2, 3, 16, 16)]))
-        assert reply.declined == ("unsupported ops: aten.conv2d.default, "
-                                  "aten.max_pool2d.default, aten.cumsum.default")
+            _conversation(UNSUPPORTED_CHAIN, [(2, 3, 16, 16)]))
+        assert reply.declined == "unsupported ops: " + ", ".join(UNSUPPORTED_OPS)
         assert reply.tool_calls == []
 
     async def test_sandboxed_turn_runs_the_child(self) -> None:
@@ -98,13 +98,13 @@ class TestSandboxChild:
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
 
     def test_declined_json(self) -> None:
-        """A conv task prints the declined op list."""
+        """An unsupported task prints the declined op list."""
         proc = subprocess.run(
             [sys.executable, "-m", "nkibot.convert.models.lowering"],
-            input=make_task(CONV_POOL_CUMSUM, [(2, 3, 8, 8)]).model_dump_json().encode(),
+            input=make_task(UNSUPPORTED_CHAIN, [(2, 3, 8, 8)]).model_dump_json().encode(),
             capture_output=True, timeout=60, check=True)
         payload = json.loads(proc.stdout.decode().strip().splitlines()[-1])
-        assert payload["declined"][0] == "aten.conv2d.default"
+        assert payload["declined"] == UNSUPPORTED_OPS
 
     def test_garbage_input_declines_instead_of_crashing(self) -> None:
         """Invalid JSON still yields a decline line and exit status 0."""

@@ -100,7 +100,9 @@ class TestGeneratedSource:
         text = lower_ok(make_task(*SOURCES["bmm"])).source
         assert "nisa.nc_matmul(acc, a_t, b_t)" in text
         assert ", 0, 128)" in text and ", 128, 72)" in text
-        assert "0, 128, 0, 512)" in text and "128, 2, 512, 88)" in text
+        # B's panel (columns) is the outer loop; the M tiles run inside it
+        assert "g, 0, 128, c0, q)" in text and "g, 128, 2, c0, q)" in text
+        assert ", 0, 512)" in text and ", 512, 88)" in text
         assert "for g in nl.affine_range(2):" in text
 
     def test_linear_transposes_weight_and_fuses_epilogue(self) -> None:

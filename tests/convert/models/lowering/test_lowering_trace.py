@@ -7,7 +7,8 @@ import time
 from nkibot.convert.models.lowering import Declined, lower_task
 from nkibot.convert.models.lowering.trace import trace_graph
 from tests.convert.models.lowering.lowering_support import (
-    CONV_POOL_CUMSUM,
+    UNSUPPORTED_CHAIN,
+    UNSUPPORTED_OPS,
     make_task,
     module_source,
 )
@@ -54,18 +55,17 @@ class TestTrace:
 class TestDeclines:
     """Unsupported graphs are declined quickly with every unsupported op listed."""
 
-    def test_conv_pool_cumsum_listed(self) -> None:
-        """conv2d, max_pool2d and cumsum all appear in the decline, in graph order."""
-        result = lower_task(make_task(CONV_POOL_CUMSUM, [(2, 3, 16, 16)]))
+    def test_every_unsupported_op_listed(self) -> None:
+        """erfinv, lgamma and digamma all appear in the decline, in graph order."""
+        result = lower_task(make_task(UNSUPPORTED_CHAIN, [(2, 3, 16, 16)]))
         assert isinstance(result, Declined)
-        assert result.unsupported == ["aten.conv2d.default", "aten.max_pool2d.default",
-                                      "aten.cumsum.default"]
-        assert result.reason.startswith("unsupported ops: aten.conv2d.default")
+        assert result.unsupported == UNSUPPORTED_OPS
+        assert result.reason.startswith("unsupported ops: aten.erfinv.default")
 
     def test_decline_is_fast(self) -> None:
         """Declining needs no kernel work: well under two seconds in-process."""
         started = time.monotonic()
-        lower_task(make_task(CONV_POOL_CUMSUM, [(8, 3, 64, 64)]))
+        lower_task(make_task(UNSUPPORTED_CHAIN, [(8, 3, 64, 64)]))
         assert time.monotonic() - started < 2.0
 
     def test_module_traced_in_eval_mode(self) -> None:

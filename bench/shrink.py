@@ -1,0 +1,156 @@
+"""Shrink a KernelBench-format task's inputs to at most N elements each, in memory.
+
+KernelBench level-1 inputs reach billions of elements; the CPU simulator runs a few
+million. `shrink_source` halves the file's top-level integer constants (`batch_size = 16`,
+`input_shape = (4096,)`, `M = 1024 * 2`), the largest one that makes an input smaller
+first, until every tensor `get_inputs()` returns has at most `max_elements` elements. The
+task file on disk is never edited: the bench converts a shrunk copy in a scratch folder.
+
+Sizes are measured by running `get_inputs()` under `torch.device("meta")`, so nothing is
+allocated. This executes the task file in the bench's own process: point it only at
+benchmark folders you trust (KernelBench, bench/tasks).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+Const = int | tuple[int, ...]
+
+
+@dataclass
+class Shrunk:
+    """The shrunk source, what changed (name -> (old, new)), and whether it now fits."""
+
+    source: str
+    changed: dict[str, tuple[Const, Const]] = field(default_factory=dict)
+    fits: bool = True
+    largest: int = 0  # elements of the largest input after shrinking
+
+
+def _constants(tree: ast.Module, namespace: dict[str, Any]) -> dict[str, Const]:
+    found: dict[str, Const] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                stmt.targets[0], ast.Name):
+            value = namespace.get(stmt.targets[0].id)
+            if isinstance(value, int) and not isinstance(value, bool):
+                found[stmt.targets[0].id] = value
+            elif isinstance(value, tuple) and value and all(
+                    isinstance(v, int) and not isinstance(v, bool) for v in value):
+                found[stmt.targets[0].id] = tuple(value)
+    return found
+
+
+def _render(tree: ast.Module, values: dict[str, Const]) -> str:
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                stmt.targets[0], ast.Name) and stmt.targets[0].id in values:
+            stmt.value = ast.parse(repr(values[stmt.targets[0].id]), mode="eval").body
+    return ast.unparse(tree) + "\n"
+
+
+def _sizes(source: str) -> tuple[list[int], dict[str, Any]]:
+    import torch
+
+    namespace: dict[str, Any] = {"__name__": "nkibot_shrink"}
+    with torch.device("meta"):
+        exec(compile(source, "<shrink>", "exec"), namespace)
+        get_inputs = namespace.get("get_inputs")
+        values = list(get_inputs()) if callable(get_inputs) else []
+    sizes = [math.prod(v.shape) for v in values if isinstance(v, torch.Tensor)]
+    return sizes, namespace
+
+
+def _halve(value: Const, index: int) -> Const:
+    if isinstance(value, int):
+        return max(1, (value + 1) // 2)
+    items = list(value)
+    items[index] = max(1, (items[index] + 1) // 2)
+    return tuple(items)
+
+
+def _slots(values: dict[str, Const]) -> list[tuple[int, str, int]]:
+    """(current size, name, tuple index) for every shrinkable integer, largest first."""
+    slots = []
+    for name, value in values.items():
+        items = [value] if isinstance(value, int) else list(value)
+        slots += [(v, name, i) for i, v in enumerate(items) if v > 1]
+    return sorted(slots, reverse=True)
+
+
+def shrink_source(source: str, max_elements: int, max_steps: int = 64) -> Shrunk:
+    """Halve constants until every input has at most `max_elements` elements (see module doc)."""
+    sizes, namespace = _sizes(source)
+    if not sizes or max(sizes) <= max_elements:
+        return Shrunk(source, largest=max(sizes, default=0))
+    tree = ast.parse(source)
+    original = _constants(tree, namespace)
+    values = dict(original)
+    current = max(sizes)
+    for _ in range(max_steps):
+        if current <= max_elements:
+            break
+        for _size, name, index in _slots(values):
+            trial = {**values, name: _halve(values[name], index)}
+            try:
+                trial_sizes, _ = _sizes(_render(ast.parse(source), trial))
+            except Exception:
+                continue
+            if trial_sizes and max(trial_sizes) < current:
+                values, current = trial, max(trial_sizes)
+                break
+        else:
+            break
+    changed = {k: (original[k], v) for k, v in values.items() if v != original[k]}
+    return Shrunk(_render(ast.parse(source), values), changed, current <= max_elements, current)
+
+
+def minimum_bytes(source: str, entry: str = "Model") -> int:
+    """Bytes any kernel must move: every input, parameter and output once (meta run)."""
+    import torch
+
+    _, namespace = _sizes(source)
+    with torch.device("meta"):
+        get_init = namespace.get("get_init_inputs")
+        init = list(get_init()) if callable(get_init) else []
+        model = namespace[entry](*init)
+        values = list(namespace["get_inputs"]())
+        out = model(*values)
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    tensors += list(model.state_dict().values()) if isinstance(model, torch.nn.Module) else []
+    tensors += list(out) if isinstance(out, tuple | list) else [out]
+    return sum(math.prod(t.shape) * min(t.element_size(), 4) for t in tensors
+               if isinstance(t, torch.Tensor))
+
+
+def meta_task(source: str, path: str, entry: str = "Model") -> Any:
+    """A Task for `source` built in this process from get_inputs() under the meta device.
+
+    Mirrors what `load_task` learns in the sandbox (inputs, Python scalars as constants,
+    init args, state_dict), without running anything at full size: for `--lower-only`.
+    """
+    import torch
+
+    from nkibot.task import InputSpec, Task
+
+    _, namespace = _sizes(source)
+    with torch.device("meta"):
+        get_init = namespace.get("get_init_inputs")
+        init = list(get_init()) if callable(get_init) else []
+        values = list(namespace["get_inputs"]())
+        model = namespace[entry](*init)
+    names = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
+             torch.int64: "int64", torch.int32: "int32", torch.bool: "bool",
+             torch.float64: "float32"}
+    specs = [InputSpec(name=f"in{i}", shape=(), dtype="float32", value=v)
+             if not isinstance(v, torch.Tensor) else
+             InputSpec(name=f"in{i}", shape=tuple(v.shape), dtype=names.get(v.dtype, "float32"))
+             for i, v in enumerate(values)]
+    state = [InputSpec(name=k, shape=tuple(v.shape), dtype=names.get(v.dtype, "float32"))
+             for k, v in model.state_dict().items()]
+    return Task(reference_source=source, entry_point=entry, source_path=path, init_args=init,
+                inputs=specs, has_get_inputs=True, state_dict=state)

@@ -1,0 +1,316 @@
+"""Convolution on the Tensor Engine: a sum over kernel taps of shifted matmuls in PSUM.
+
+For one group, batch element and output tile, every tap t contributes
+`w[:, :, t].T @ window_t(x)`: the input channels (<= 128) contract on the partitions, the
+output channels (<= 128 per tile) are the stationary side and up to 512 output positions
+the moving side, all taps accumulating into one fp32 PSUM tile. `window_t` is a strided
+view of the zero-padded input plane held in SBUF (start `o * stride + k * dilation`).
+
+A transposed convolution is the same sum over a zero-*inserted* plane: input element i
+lands at `i * stride + dilation * (K - 1) - padding`, the windows have step 1 and the taps
+run flipped. Weights are loaded once per group and stay resident across batch elements
+and output tiles; the input plane is loaded once per batch element.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
+from nkibot.convert.models.lowering.ir import Op, Ref
+from nkibot.convert.models.lowering.layout import LayoutError, Resolved
+from nkibot.convert.models.lowering.rowwise import Kernel, Output
+
+NMAX = 512  # gemm_moving_fmax: output positions per matmul (one fp32 PSUM bank)
+PLANE_BUDGET = 120 * 1024  # bytes per partition for the resident input plane and weights
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One spatial dim: input/output extent, taps, and where input element i lands."""
+
+    size_in: int
+    size_out: int
+    taps: int
+    step: int  # window stride in the padded plane (the conv stride; 1 when transposed)
+    dil: int
+    up: int  # input element i lands at i * up + lead (up = stride when transposed)
+    lead: int
+
+    @property
+    def plane(self) -> int:
+        """Length of the padded (and zero-inserted) plane the windows read."""
+        return (self.size_out - 1) * self.step + (self.taps - 1) * self.dil + 1
+
+    def placed(self) -> tuple[int, int, int]:
+        """(first input index, count, first plane index) of the input that lands in the plane."""
+        lo = max(0, -(self.lead // self.up) if self.lead < 0 else 0)
+        while lo * self.up + self.lead < 0:
+            lo += 1
+        hi = min(self.size_in, (self.plane - 1 - self.lead) // self.up + 1)
+        return lo, max(hi - lo, 0), lo * self.up + self.lead
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    batch: int
+    cin: int
+    cout: int
+    groups: int
+    dims: tuple[Dim, ...]
+    transposed: bool
+
+    @property
+    def cin_g(self) -> int:
+        return self.cin // self.groups
+
+    @property
+    def cout_g(self) -> int:
+        return self.cout // self.groups
+
+    @property
+    def taps(self) -> int:
+        return math.prod(d.taps for d in self.dims)
+
+
+def _ints(value: object, n: int) -> tuple[int, ...]:
+    items = value if isinstance(value, tuple | list) else (value,) * n
+    return tuple(int(str(v)) for v in items)
+
+
+def conv_spec(op: Op, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> ConvSpec:
+    n = len(x_shape) - 2
+    stride, pad = _ints(op.attr("stride", 1), n), _ints(op.attr("padding", 0), n)
+    dil, groups = _ints(op.attr("dilation", 1), n), int(str(op.attr("groups", 1)))
+    transposed = bool(op.attr("transposed", False))
+    taps = w_shape[2:]
+    dims = []
+    for i in range(n):
+        if transposed:
+            dims.append(Dim(x_shape[2 + i], op.shape[2 + i], taps[i], 1, dil[i], stride[i],
+                            dil[i] * (taps[i] - 1) - pad[i]))
+        else:
+            dims.append(Dim(x_shape[2 + i], op.shape[2 + i], taps[i], stride[i], dil[i], 1,
+                            pad[i]))
+    return ConvSpec(x_shape[0], x_shape[1], op.shape[1], groups, tuple(dims), transposed)
+
+
+def _tiles(spec: ConvSpec) -> tuple[int, ...]:
+    """Output-position tile per spatial dim: innermost first, up to 512 positions."""
+    sizes: list[int] = []
+    room = NMAX
+    for d in reversed(spec.dims):
+        t = max(1, min(d.size_out, room))
+        sizes.insert(0, t)
+        room = room // t if t == d.size_out else 1
+    return tuple(sizes)
+
+
+def _leaf(res: Resolved, arg: object, what: str) -> str:
+    if not isinstance(arg, Ref) or res.target(arg.name) not in res.views:
+        raise LayoutError(f"convolution {what} is computed; only inputs and parameters are "
+                          "lowered")
+    view = res.views[res.target(arg.name)]
+    if view.transposed or view.sliced or view.shape != view.leaf.shape:
+        raise LayoutError(f"convolution {what} is a view of an input")
+    return view.leaf.name
+
+
+def emit_conv(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
+    convs = [op for op in res.ops if op.op == "conv"]
+    if len(convs) != 1 or len(res.ops) != 1 or len(outputs) != 1:
+        raise LayoutError("a convolution with other ops in the graph (only a lone conv, with "
+                          "its bias, is lowered)")
+    op = convs[0]
+    x, w = _leaf(res, op.args[0], "input"), _leaf(res, op.args[1], "weight")
+    bias = _leaf(res, op.args[2], "bias") if len(op.args) > 2 else None
+    x_leaf, w_leaf = res.graph.leaf(x), res.graph.leaf(w)
+    assert x_leaf is not None and w_leaf is not None
+    spec = conv_spec(op, x_leaf.shape, w_leaf.shape)
+    slab = _check(spec, x_leaf.dtype)
+    compute = nl_dtype(x_leaf.dtype) if x_leaf.dtype in ("bfloat16", "float16") and (
+        w_leaf.dtype == x_leaf.dtype) else "nl.float32"
+    tile_fn = _emit_tile_helper(kernel, spec, bias is not None, outputs[0].dtype, slab is not None)
+    if slab is not None:
+        slab_fn = _emit_slab_helper(kernel, spec, bias is not None, tile_fn, compute, slab)
+        tile_fn = ""
+    _emit_body(kernel, spec, x, w, bias, outputs[0], tile_fn or slab_fn, compute, slab)
+
+
+def _check(spec: ConvSpec, dtype: str) -> tuple[int, ...] | None:
+    """None when the whole plane fits SBUF, else the output tiles of its slab mode."""
+    if spec.cin_g > PMAX:
+        raise LayoutError(f"convolution with {spec.cin_g} input channels per group (the "
+                          f"contraction is tiled up to {PMAX})")
+    room = PLANE_BUDGET // 4 - spec.cout_g * spec.taps
+    plane = math.prod(d.plane for d in spec.dims)
+    if plane <= room:
+        return None
+    # slab mode: a band of the first spatial dim per output tile (its halo included)
+    tiles = list(_tiles(spec))
+    d0, rest = spec.dims[0], math.prod(d.plane for d in spec.dims[1:])
+    while tiles[0] > 1 and _slab(d0, tiles[0]) * rest > room:
+        tiles[0] = max(1, tiles[0] // 2)
+    if _slab(d0, tiles[0]) * rest > room:
+        raise LayoutError(f"convolution plane of {plane} elements per partition exceeds the "
+                          f"SBUF budget ({PLANE_BUDGET // 1024} KiB) even one output row at a "
+                          "time")
+    return tuple(tiles)
+
+
+def _slab(d: Dim, rows: int) -> int:
+    """Plane rows that `rows` output rows read."""
+    return (rows - 1) * d.step + (d.taps - 1) * d.dil + 1
+
+
+def _band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
+    """(first input row, count, slab row it lands on) for output rows z0..z0+zsz."""
+    lo, hi = z0 * d.step, z0 * d.step + _slab(d, zsz)
+    first = max(0, -((d.lead - lo) // d.up))
+    last = min(d.size_in - 1, (hi - 1 - d.lead) // d.up)
+    return first, max(0, last - first + 1), first * d.up + d.lead - lo
+
+
+def _sp(spec: ConvSpec) -> list[str]:
+    return [f"s{i}" for i in range(len(spec.dims))]
+
+
+def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None, out: Output,
+               tile_fn: str, compute: str, slab: tuple[int, ...] | None = None) -> None:
+    body, g_, cin_g, cout_g, taps = kernel.body, spec.groups, spec.cin_g, spec.cout_g, spec.taps
+    ins = ", ".join(str(d.size_in) for d in spec.dims)
+    outs = ", ".join(str(d.size_out) for d in spec.dims)
+    plane = ", ".join(str(d.plane) for d in spec.dims)
+    if spec.transposed:
+        body.comment(f"weight [Cin, Cout/g, taps] seen as [groups, Cin/g, Cout/g, {taps} taps]")
+        body.line(f"w_v = {w}.reshape(({g_}, {cin_g}, {cout_g}, {taps}))")
+    else:
+        body.comment(f"weight [Cout, Cin/g, taps] seen as [groups, Cin/g, Cout/g, {taps} taps]")
+        body.line(f"w_v = {w}.reshape(({g_}, {cout_g}, {cin_g}, {taps})).permute((0, 2, 1, 3))")
+    if bias is not None:
+        body.line(f"b_v = {bias}.reshape(({g_}, {cout_g}, 1))")
+    body.line(f"x_v = {x}.reshape(({spec.batch}, {g_}, {cin_g}, {ins}))")
+    body.line(f"out_v = {out.var}.reshape(({spec.batch}, {g_}, {cout_g}, {outs}))")
+    body.line(f"for g in nl.affine_range({g_}):")
+    body.indent()
+    body.comment("weights stay resident for every batch element and output tile of group g")
+    body.line(f"w_sb = nl.ndarray(({cin_g}, {cout_g}, {taps}), dtype={compute}, "
+              "buffer=nl.sbuf)")
+    body.line("nisa.dma_copy(dst=w_sb, src=w_v[g])")
+    body.line(f"for n in nl.affine_range({spec.batch}):")
+    body.indent()
+    if slab is not None:
+        d0 = spec.dims[0]
+        body.comment(f"bands of {slab[0]} output rows; each loads the input rows it reads")
+        head = "x_v, w_sb, " + ("b_v, " if bias is not None else "") + "out_v, n, g"
+        for z0 in range(0, d0.size_out, slab[0]):
+            zsz = min(slab[0], d0.size_out - z0)
+            first, count, start = _band(d0, z0, zsz)
+            body.line(f"{tile_fn}({head}, {z0}, {zsz}, {first}, {count}, {start})")
+        body.dedent()
+        body.dedent()
+        return
+    what = "zero-inserted, padded" if spec.transposed else "zero-padded"
+    body.comment(f"the {what} input plane of batch n, group g: loaded once")
+    body.line(f"x_sb = nl.ndarray(({cin_g}, {plane}), dtype={compute}, buffer=nl.sbuf)")
+    placed = [d.placed() for d in spec.dims]
+    covers = all(d.up == 1 and first == 0 and count == d.size_in and start == 0
+                 and d.plane == d.size_in for d, (first, count, start) in zip(
+                     spec.dims, placed, strict=True))
+    if not covers:
+        body.line("nisa.memset(dst=x_sb, value=0.0)")
+    if all(count > 0 for _, count, _ in placed):
+        dst = ", ".join(f"{start}:{start + (count - 1) * d.up + 1}" + (f":{d.up}" if d.up > 1
+                        else "") for d, (_, count, start) in zip(spec.dims, placed, strict=True))
+        src = ", ".join(f"{first}:{first + count}" for first, count, _ in placed)
+        body.line(f"nisa.dma_copy(dst=x_sb[0:{cin_g}, {dst}], src=x_v[n, g, 0:{cin_g}, {src}])")
+    tiles = _tiles(spec)
+    sp = _sp(spec)
+    params = "x_sb, w_sb, " + ("b_v, " if bias is not None else "") + "out_v, n, g"
+    fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
+    axes = [Axis("c", cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
+        sp, spec.dims, tiles, strict=True)]
+    emit_grid(body, axes, f"{tile_fn}({params}, {fields})", "affine_range")
+    body.dedent()
+    body.dedent()
+
+
+def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
+                      banded: bool = False) -> str:
+    fn = kernel.names.fresh("conv_tile")
+    blk = Block(depth=1)
+    sp = _sp(spec)
+    sizes = ", ".join(f"{v}sz" for v in sp)
+    blk.line(f"acc = nl.ndarray((csz, {sizes}), dtype=nl.float32, buffer=nl.psum)")
+    taps = [f"k{i}" for i in range(len(spec.dims))]
+    for k, d in zip(taps, spec.dims, strict=True):
+        blk.line(f"for {k} in nl.affine_range({d.taps}):")
+        blk.indent()
+    flat = " + ".join(f"{k} * {math.prod(d.taps for d in spec.dims[i + 1:])}"
+                      if i < len(taps) - 1 else k for i, k in enumerate(taps))
+    tap = f"{spec.taps - 1} - ({flat})" if spec.transposed else flat
+    windows = []
+    for i, (v, k, d) in enumerate(zip(sp, taps, spec.dims, strict=True)):
+        origin = f"({v}0 - z0)" if banded and i == 0 else f"{v}0"
+        start = f"{origin} * {d.step} + {k} * {d.dil}" if d.step > 1 else (
+            f"{origin} + {k} * {d.dil}")
+        step = f":{d.step}" if d.step > 1 else ""
+        stop = f"({v}sz - 1) * {d.step} + 1" if d.step > 1 else f"{v}sz"
+        windows.append(f"{start}:{start} + {stop}{step}")
+    blk.comment("tap: a shifted" + (", strided" if any(d.step > 1 for d in spec.dims) else "")
+                + " window of the plane; PSUM accumulates over the taps")
+    blk.line(f"nisa.nc_matmul(acc, w_sb[0:{spec.cin_g}, nl.ds(c0, csz), {tap}], "
+             f"x_sb[0:{spec.cin_g}, {', '.join(windows)}])")
+    for _ in taps:
+        blk.dedent()
+    blk.line(f"res = nl.ndarray((csz, {sizes}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
+    if bias:
+        blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
+        blk.comment("bias: one value per output channel (partition)")
+        blk.line("nisa.tensor_scalar(dst=res, data=acc, op0=nl.add, operand0=b_t)")
+    else:
+        blk.line("nisa.tensor_copy(dst=res, src=acc)")
+    index = ", ".join(f"nl.ds({v}0, {v}sz)" for v in sp)
+    blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {index}], res)")
+    args = ", ".join(f"{v}0, {v}sz" for v in sp)
+    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g" + (", z0" if banded else "")
+    kernel.helpers.append([
+        f"def {fn}({head}, c0, csz, {args}):",
+        '    """Output channels c0..c0+csz (of group g) at one tile of output positions."""',
+        *blk.lines,
+    ])
+    return fn
+
+
+def _emit_slab_helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: str,
+                      tiles: tuple[int, ...]) -> str:
+    """A band of output rows z0..z0+zsz: load the input rows it reads, then its tiles."""
+    fn = kernel.names.fresh("conv_band")
+    blk = Block(depth=1)
+    d0, rest = spec.dims[0], spec.dims[1:]
+    plane = ", ".join([str(_slab(d0, tiles[0])), *(str(d.plane) for d in rest)])
+    blk.line(f"x_sb = nl.ndarray(({spec.cin_g}, {plane}), dtype={compute}, buffer=nl.sbuf)")
+    blk.line("nisa.memset(dst=x_sb, value=0.0)")
+    placed = [d.placed() for d in rest]
+    step = f":{d0.up}" if d0.up > 1 else ""
+    dst = ", ".join([f"j0:j0 + (icount - 1) * {d0.up} + 1{step}"] + [
+        f"{start}:{start + (count - 1) * d.up + 1}" + (f":{d.up}" if d.up > 1 else "")
+        for d, (_, count, start) in zip(rest, placed, strict=True)])
+    src = ", ".join(["nl.ds(i0, icount)"] + [f"{first}:{first + count}"
+                                              for first, count, _ in placed])
+    blk.line("if icount > 0:  # a band wholly in the padding reads no input")
+    blk.line(f"    nisa.dma_copy(dst=x_sb[0:{spec.cin_g}, {dst}], "
+             f"src=x_v[n, g, 0:{spec.cin_g}, {src}])")
+    sp = _sp(spec)
+    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g, z0"
+    fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
+    axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
+        sp[1:], rest, tiles[1:], strict=True)]
+    emit_grid(blk, axes, f"{tile_fn}({params}, {fields})", "affine_range",
+              {sp[0]: ("z0", "zsz")})  # type: ignore[dict-item]
+    head = "x_v, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"
+    kernel.helpers.append([f"def {fn}({head}, z0, zsz, i0, icount, j0):",
+                           '    """Output rows z0..z0+zsz: input rows i0..i0+icount land at '
+                           'band row j0."""', *blk.lines])
+    return fn

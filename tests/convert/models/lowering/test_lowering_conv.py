@@ -1,0 +1,250 @@
+"""Convolutions on the simulator against PyTorch: 1-D/2-D/3-D, stride, dilation, padding,
+groups, depthwise, pointwise, transposed; aligned and ragged shapes; fp32 and bf16."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.convert.models.lowering.lowering_support import (
+    check_on_sim,
+    lower_ok,
+    make_task,
+    module_source,
+)
+
+# name -> (module constructor, input shape)
+CONVS = {
+    "conv1d": ("nn.Conv1d(8, 16, 3)", (2, 8, 40)),
+    "conv1d_dilated_strided": ("nn.Conv1d(6, 10, 3, stride=3, dilation=4, bias=False)",
+                               (2, 6, 77)),
+    "conv2d_square": ("nn.Conv2d(3, 16, 3)", (2, 3, 20, 20)),
+    "conv2d_strided_padded": ("nn.Conv2d(3, 24, 5, stride=2, padding=2)", (2, 3, 33, 29)),
+    "conv2d_asym_dilated": ("nn.Conv2d(4, 8, (3, 5), padding=(2, 1), dilation=(2, 1))",
+                            (1, 4, 17, 23)),
+    "conv2d_grouped": ("nn.Conv2d(8, 12, 3, groups=4, padding=1)", (2, 8, 12, 12)),
+    "conv2d_depthwise": ("nn.Conv2d(6, 6, 3, groups=6, bias=False)", (2, 6, 14, 18)),
+    "conv2d_pointwise": ("nn.Conv2d(16, 140, 1)", (2, 16, 24, 30)),
+    "conv2d_wide": ("nn.Conv2d(2, 4, 3)", (1, 2, 5, 600)),
+    "conv3d": ("nn.Conv3d(3, 8, (3, 2, 3), padding=1)", (2, 3, 6, 7, 8)),
+    "tconv1d": ("nn.ConvTranspose1d(6, 4, 3, stride=2, padding=1, output_padding=1)",
+                (2, 6, 19)),
+    "tconv1d_dilated": ("nn.ConvTranspose1d(4, 6, 5, dilation=3, padding=4)", (2, 4, 21)),
+    "tconv2d": ("nn.ConvTranspose2d(5, 7, 3)", (2, 5, 9, 11)),
+    "tconv2d_strided_grouped": ("nn.ConvTranspose2d(8, 6, (3, 4), stride=(2, 3), padding=(1, 2),"
+                                " groups=2, dilation=(2, 1))", (1, 8, 7, 9)),
+    "tconv3d": ("nn.ConvTranspose3d(4, 4, 3, stride=2, padding=1, bias=False)", (1, 4, 4, 5, 6)),
+    # planes over the SBUF budget: bands of output rows, each loading its input rows
+    "banded2d": ("nn.Conv2d(3, 8, 5, stride=2, padding=3)", (1, 3, 190, 181)),
+    "banded3d": ("nn.Conv3d(2, 4, 3, padding=1)", (1, 2, 20, 60, 30)),
+    "banded_tconv2d": ("nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1)", (1, 2, 90, 100)),
+}
+
+
+def conv_task(name: str, dtype: str = "float32"):
+    ctor, shape = CONVS[name]
+    # bf16 activations meet the module's fp32 weights through an explicit upcast
+    expr = "self.conv(x)" if dtype == "float32" else "self.conv(x.float())"
+    src = module_source(expr, init=f"        self.conv = {ctor}")
+    return make_task(src, [shape], dtype)
+
+
+class TestConvOnSim:
+    @pytest.mark.parametrize("name", sorted(CONVS))
+    def test_fp32_matches_torch(self, name: str) -> None:
+        """Each convolution form lowers to shifted matmuls and matches PyTorch in fp32."""
+        assert check_on_sim(conv_task(name)) < 1e-3
+
+    @pytest.mark.parametrize("name", ["conv2d_strided_padded", "tconv1d", "conv3d"])
+    def test_bf16_matches_torch(self, name: str) -> None:
+        """bf16 activations are widened on load into the fp32 plane."""
+        check_on_sim(conv_task(name, "bfloat16"))
+
+
+class TestConvSource:
+    def test_source_names_the_module_and_keeps_weights_resident(self) -> None:
+        """The kernel names nn.Conv2d in its comments and loads weights once per group."""
+        lowered = lower_ok(conv_task("conv2d_grouped"))
+        assert "self.conv" in lowered.source
+        assert lowered.source.count("nisa.dma_copy(dst=w_sb") == 1
+        assert "nisa.nc_matmul(acc" in lowered.source
+
+
+POOLS = {
+    "max1d": ("nn.MaxPool1d(8, stride=1, padding=4, dilation=3)", (2, 5, 70)),
+    "max2d": ("nn.MaxPool2d(3, stride=2, padding=1, dilation=2)", (2, 3, 21, 18)),
+    "max2d_ceil": ("nn.MaxPool2d(3, stride=2, ceil_mode=True)", (2, 3, 20, 17)),
+    "max3d": ("nn.MaxPool3d(3, stride=2, padding=1)", (1, 3, 9, 10, 7)),
+    "avg1d": ("nn.AvgPool1d(4, stride=2, padding=1)", (3, 50, 41)),
+    "avg2d": ("nn.AvgPool2d(3)", (2, 70, 20, 19)),
+    "avg3d": ("nn.AvgPool3d(3, stride=2, padding=1)", (2, 3, 8, 9, 7)),
+    "rows_ragged": ("nn.MaxPool2d(2)", (3, 50, 8, 8)),
+}
+
+
+class TestPoolOnSim:
+    @pytest.mark.parametrize("name", sorted(POOLS))
+    def test_fp32_matches_torch(self, name: str) -> None:
+        """Max/avg pooling with stride, padding, dilation and ceil_mode matches PyTorch."""
+        ctor, shape = POOLS[name]
+        src = module_source("self.pool(x)", init=f"        self.pool = {ctor}")
+        check_on_sim(make_task(src, [shape]))
+
+    @pytest.mark.parametrize("name", ["max2d", "avg1d"])
+    def test_bf16_matches_torch(self, name: str) -> None:
+        """bf16 rows are pooled in an fp32 plane and stored back as bf16."""
+        ctor, shape = POOLS[name]
+        src = module_source("self.pool(x)", init=f"        self.pool = {ctor}")
+        check_on_sim(make_task(src, [shape], "bfloat16"))
+
+
+SCANS = {
+    "cumsum": ("torch.cumsum(x, dim=1)", "x", (3, 300)),
+    "cumsum_middle": ("torch.cumsum(x, dim=1)", "x", (2, 200, 6)),
+    "cumsum_reverse": ("torch.cumsum(x.flip(1), dim=1).flip(1)", "x", (5, 260)),
+    "cumsum_masked": ("torch.cumsum(x * m, dim=1)", "x, m", (4, 140)),
+    "cumprod": ("torch.cumprod(x, dim=1)", "x", (6, 200)),
+    "cumsum_first": ("torch.cumsum(x, dim=0)", "x", (129, 40)),
+    "cumsum_exclusive": ("torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
+                         "torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)),"
+                         " dim=1)", "x", (3, 270)),
+}
+
+
+class TestScanOnSim:
+    @pytest.mark.parametrize("name", sorted(SCANS))
+    def test_fp32_matches_torch(self, name: str) -> None:
+        """Scans across ragged 128-chunks carry their totals correctly."""
+        expr, args, shape = SCANS[name]
+        shapes = [shape] * len(args.split(","))
+        domain = "positive" if name == "cumprod" else "normal"
+        check_on_sim(make_task(module_source(expr, args), shapes), domain)
+
+    def test_bf16_matches_torch(self) -> None:
+        """bf16 inputs scan in fp32 and store bf16."""
+        check_on_sim(make_task(module_source("torch.cumsum(x, dim=-1)"), [(4, 150)], "bfloat16"),
+                     tol=0.1)
+
+
+class TestArgReductionOnSim:
+    @pytest.mark.parametrize(("expr", "shape"), [
+        ("torch.argmax(x, dim=1)", (6, 70, 33)),
+        ("torch.argmin(x, dim=-1)", (130, 90)),
+        ("torch.argmax(x, dim=2, keepdim=True)", (3, 5, 40)),
+    ])
+    def test_indices_match_torch(self, expr: str, shape: tuple[int, ...]) -> None:
+        """The first index of the extreme value, returned by the int32 convention."""
+        check_on_sim(make_task(module_source(expr), [shape]), tol=0.0)
+
+
+class TestBigOutputs:
+    def test_declined_before_allocating_with_a_shape_hint(self) -> None:
+        """A 32768 x 32768 fp32 product (4 GiB) is declined fast, naming --shape."""
+        import time
+
+        from nkibot.convert.models.lowering import Declined, lower_task
+
+        task = make_task(module_source("torch.matmul(x, y)", "x, y"), [(32768, 64), (64, 32768)])
+        started = time.monotonic()
+        result = lower_task(task)
+        assert isinstance(result, Declined)
+        assert "--shape" in result.reason and "4.0 GiB" in result.reason
+        assert time.monotonic() - started < 2.0
+
+
+class TestMoreMatmulsOnSim:
+    def test_einsum_4d_tensor_matrix(self) -> None:
+        """torch.einsum('bijl,lk->bijk') is one matmul over the folded rows."""
+        check_on_sim(make_task(module_source("torch.einsum('bijl,lk->bijk', x, y)", "x, y"),
+                               [(2, 3, 50, 40), (40, 70)]), tol=2e-3)
+
+    @pytest.mark.parametrize("expr", ["torch.triu(torch.matmul(x, y))",
+                                      "torch.tril(torch.matmul(x, y), diagonal=-1)",
+                                      "torch.triu(x + y, 2)"])
+    def test_triangular(self, expr: str) -> None:
+        """triu/tril keep the elements on the right side of the diagonal, ragged tiles too."""
+        check_on_sim(make_task(module_source(expr, "x, y"), [(200, 200), (200, 200)]), tol=2e-3)
+
+
+class TestScalarArguments:
+    def test_python_scalar_is_a_compile_time_constant(self) -> None:
+        """forward(A, s) with s a float: s is folded in, recorded, and not a kernel argument."""
+        from nkibot.task import InputSpec, Task, describe_kernel_args
+
+        task = Task(reference_source=module_source("x * s", "x, s"), entry_point="Model",
+                    inputs=[InputSpec(name="x", shape=(130, 70)),
+                            InputSpec(name="s", shape=(), value=3.5)])
+        lowered = lower_ok(task)
+        assert "s = 3.5" in lowered.source and "def model_kernel(x):" in lowered.source
+        assert [a.name for a in describe_kernel_args(task)] == ["x"]
+        import numpy as np
+
+        from tests.convert.models.lowering.lowering_support import simulate
+        x = np.random.default_rng(0).standard_normal((130, 70)).astype(np.float32)
+        (got,) = simulate(lowered.source, lowered.function, [x])
+        np.testing.assert_allclose(np.asarray(got), x * 3.5, rtol=1e-6)
+
+
+class TestLossesOnSim:
+    def test_triplet_margin_loss(self) -> None:
+        """nn.TripletMarginLoss: two row distances, a hinge, and a mean over the batch."""
+        src = module_source("self.loss(x, y, z)", "x, y, z",
+                            init="        self.loss = nn.TripletMarginLoss(margin=1.0)")
+        check_on_sim(make_task(src, [(200, 96)] * 3))
+
+
+class TestBlockNormOnSim:
+    @pytest.mark.parametrize(("ctor", "shape"), [
+        ("nn.LayerNorm((16, 24, 20))", (3, 16, 24, 20)),
+        ("nn.LayerNorm(5000, elementwise_affine=False)", (4, 5000)),
+        ("nn.GroupNorm(4, 12)", (3, 12, 30, 20)),
+        ("nn.GroupNorm(2, 6, affine=False)", (2, 6, 2000)),
+    ])
+    def test_matches_torch(self, ctor: str, shape: tuple[int, ...]) -> None:
+        """Blocks over several partitions: totals via a ones matmul, centred variance."""
+        init = f"        self.norm = {ctor}"
+        if "affine=False" not in ctor:
+            init += ("\n        nn.init.normal_(self.norm.weight)\n"
+                     "        nn.init.normal_(self.norm.bias)")
+        check_on_sim(make_task(module_source("self.norm(x)", init=init), [shape]))
+
+    def test_weights_stay_resident_across_row_tiles(self) -> None:
+        """nn.Linear's weight is transposed once per panel block, not once per M tile."""
+        src = module_source("self.fc(x)", init="        self.fc = nn.Linear(300, 200)")
+        lowered = lower_ok(make_task(src, [(700, 300)]))
+        assert "tiling: b-panel" in lowered.source
+        assert lowered.source.count("b_blk = nl.load") == 1  # only in panel_block
+        assert "def panel_block" in lowered.source
+        check_on_sim(make_task(src, [(700, 300)]), tol=2e-3)
+
+
+class TestStaticRules:
+    @pytest.mark.parametrize("task", [
+        conv_task("tconv2d_strided_grouped"), conv_task("banded2d"),
+        make_task(module_source("self.pool(x)", init="        self.pool = nn.AvgPool2d(3)"),
+                  [(2, 3, 20, 19)]),
+        make_task(module_source("torch.cumprod(x, dim=1)"), [(4, 300)]),
+        make_task(module_source("torch.argmin(x, dim=1)"), [(4, 30, 7)]),
+        make_task(module_source("self.norm(x)", init="        self.norm = nn.GroupNorm(2, 4)"),
+                  [(2, 4, 50, 50)]),
+        make_task(module_source("self.fc(x)", init="        self.fc = nn.Linear(30, 20)"),
+                  [(200, 30)]),
+    ], ids=["tconv", "banded", "avgpool", "cumprod", "argmin", "groupnorm", "linear"])
+    def test_generated_kernels_pass_the_guards(self, task) -> None:
+        """Every new emitter writes plain nki/nl/nisa code the static rules accept."""
+        from nkibot.verify.guards import static_check
+
+        assert static_check(lower_ok(task).source) == []
+
+    def test_describe_records_the_scalar_and_reference_uses_it(self, tmp_path) -> None:
+        """load_task records `s` from get_inputs() as a constant; the trials pass it along."""
+        from nkibot.convert.taskload import load_task
+        from nkibot.verify.reference import compute_reference
+
+        path = tmp_path / "scale.py"
+        path.write_text(module_source("x * s", "x, s") +
+                        "\n\ndef get_inputs():\n    return [torch.randn(8, 16), 2.5]\n\n\n"
+                        "def get_init_inputs():\n    return []\n")
+        task = load_task(path, "Model")
+        assert [(s.shape, s.value) for s in task.inputs] == [((8, 16), None), ((), 2.5)]
+        with compute_reference(task, timeout_s=120) as reference:
+            assert len(reference.trials[0].inputs) == 1  # only the tensor is a kernel input
