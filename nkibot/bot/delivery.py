@@ -12,7 +12,7 @@ from githubkit.webhooks import verify
 
 #: Events the dispatcher reads; anything else is acknowledged and dropped.
 STORED_EVENTS = frozenset({
-    "issue_comment", "issues", "pull_request", "check_run",
+    "issue_comment", "issues", "pull_request", "check_run", "check_suite",
     "installation", "installation_repositories",
 })
 _EVENT = re.compile(r"^[a-z_]{1,64}$")

@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 import anyio
 import structlog
-from githubkit.webhooks import parse
 
 from nkibot.bot.delivery import Delivery
 from nkibot.bot.metrics import Metrics
@@ -22,9 +21,7 @@ from nkibot.config.settings import Settings
 from nkibot.github.client import installation_client
 from nkibot.github.facts import gather
 from nkibot.github.gateway import GitHubGateway
-from nkibot.handlers.decide import decide, screen
-from nkibot.handlers.decision import Decision, Policy, ignore
-from nkibot.handlers.events import Incoming, summarize
+from nkibot.handlers import Decision, Incoming, Policy, decide, read_event, screen
 from nkibot.jobs.model import Job
 from nkibot.jobs.queue import Lease, Queue
 from nkibot.jobs.state import JobStateStore
@@ -113,17 +110,13 @@ class Dispatcher:
 
     async def process(self, lease: Lease) -> Decision:
         delivery = Delivery.decode(lease.body)
-        try:
-            # Off the event loop: githubkit builds big validators on first use (seconds for
-            # pull_request), which would otherwise stall the ack path in the same process.
-            parsed = await anyio.to_thread.run_sync(parse, delivery.event, delivery.body)
-        except Exception as exc:  # validation or unknown event: retrying cannot help
-            decision = ignore(f"payload does not parse as {delivery.event}: {type(exc).__name__}")
-            self._count(delivery.delivery_id, decision)
-            return decision
-        inc = summarize(delivery.event, delivery.delivery_id, parsed)
+        # Off the event loop: a body of megabytes takes a while to parse.
+        inc = await anyio.to_thread.run_sync(
+            read_event, delivery.event, delivery.delivery_id, delivery.body)
         screened = screen(inc, self.policy)
         if isinstance(screened, Decision):
+            if inc.missing is not None:
+                self._dropped(inc)
             self._count(inc.delivery_id, screened)
             return screened
         assert inc.installation_id is not None  # screen() ignores events without one
@@ -133,6 +126,14 @@ class Dispatcher:
         self._count(inc.delivery_id, decision)
         await self.execute(gw, inc, decision)
         return decision
+
+    def _dropped(self, inc: Incoming) -> None:
+        """A payload that lacks a needed field: say which, loudly (it may be a GitHub change)."""
+        assert inc.missing is not None
+        self.metrics.payloads_dropped.labels(inc.event, inc.missing).inc()
+        log.warning("payload dropped: a field the decision needs is absent",
+                    delivery=inc.delivery_id, github_event=inc.event, action=inc.action,
+                    field=inc.missing)
 
     def _count(self, delivery_id: str, decision: Decision) -> None:
         self.metrics.decisions.labels(decision.kind).inc()
