@@ -23,7 +23,7 @@ from nkibot.github.facts import gather
 from nkibot.github.gateway import GitHubGateway
 from nkibot.handlers import Decision, Incoming, Policy, decide, read_event, screen
 from nkibot.jobs.model import Job
-from nkibot.jobs.queue import Lease, Queue
+from nkibot.jobs.queue import Lease, Purgeable, Queue
 from nkibot.jobs.state import JobStateStore
 
 log = structlog.get_logger("nkibot.dispatcher")
@@ -77,12 +77,12 @@ class Dispatcher:
                     await asyncio.wait_for(stop.wait(), self.settings.dispatch_poll_s)
 
     async def _purge(self) -> None:
-        purge = getattr(self.inbox, "purge_done", None)  # SQLite only; SQS expires by itself
-        if purge is not None:
-            try:
-                await anyio.to_thread.run_sync(purge, KEEP_DONE_S)
-            except Exception:
-                log.exception("inbox purge failed")
+        if not isinstance(self.inbox, Purgeable):  # SQLite only; SQS expires by itself
+            return
+        try:
+            await anyio.to_thread.run_sync(self.inbox.purge_done, KEEP_DONE_S)
+        except Exception:
+            log.exception("inbox purge failed")
 
     async def drain(self) -> int:
         """Process until the inbox has nothing visible; the number of items handled."""

@@ -71,13 +71,24 @@ class SqliteQueue:
             cur.execute("COMMIT")
 
     def put(self, body: bytes, dedupe_key: str) -> bool:
+        return self.put_many([(body, dedupe_key)])[0]
+
+    def put_many(self, items: list[tuple[bytes, str]]) -> list[bool]:
+        """Every item in one transaction (group commit): one commit for the whole batch.
+
+        A key repeated inside the batch is stored once; its later copies answer False.
+        """
+        now = time.time()
+        stored: list[bool] = []
         with self._tx() as cur:
-            cur.execute(
-                f"INSERT OR IGNORE INTO {self._table} (key, body, visible_at, created)"  # noqa: S608
-                " VALUES (?, ?, ?, ?)",
-                (dedupe_key, body, 0.0, time.time()),
-            )
-            return cur.rowcount == 1
+            for body, dedupe_key in items:
+                cur.execute(
+                    f"INSERT OR IGNORE INTO {self._table} (key, body, visible_at, created)"  # noqa: S608
+                    " VALUES (?, ?, ?, ?)",
+                    (dedupe_key, body, 0.0, now),
+                )
+                stored.append(cur.rowcount == 1)
+        return stored
 
     def lease(self, timeout: float) -> Lease | None:
         now = time.time()

@@ -23,7 +23,7 @@ from nkibot.config.settings import Settings
 from nkibot.github.checks import CheckRun, cancelled_on_github, reply_once
 from nkibot.github.render import error_comment, error_output
 from nkibot.jobs.model import Job
-from nkibot.jobs.queue import Lease, Queue
+from nkibot.jobs.queue import DeadLetterSource, Lease, Queue
 from nkibot.jobs.state import JobStateStore
 from nkibot.runner.jobrun import JobRunner, Timings
 
@@ -82,11 +82,10 @@ class Runner:
         job at its next lease. The SQLite queue lists its dead letters, so the next runner
         reports them (SQS's dead-letter queue is watched by an alarm instead).
         """
-        dead_letters = getattr(self.queue, "dead_letters", None)
-        if dead_letters is None:
+        if not isinstance(self.queue, DeadLetterSource):
             return 0
         reported = 0
-        for letter in await asyncio.to_thread(dead_letters):
+        for letter in await asyncio.to_thread(self.queue.dead_letters):
             try:
                 job = Job.model_validate_json(letter.body)
             except ValidationError:
@@ -145,10 +144,13 @@ class Runner:
             await asyncio.to_thread(self.queue.ack, lease)
 
     async def _keep_lease(self, lease: Lease) -> None:
-        every = max(0.5, self.settings.lease_seconds / 3)
+        """The heartbeat: a short lease extended while the job runs (a killed runner stops it)."""
         while True:
-            await asyncio.sleep(every)
-            await asyncio.to_thread(self.queue.extend, lease, self.settings.lease_seconds)
+            await asyncio.sleep(self.settings.lease_heartbeat_s)
+            try:
+                await asyncio.to_thread(self.queue.extend, lease, self.settings.lease_seconds)
+            except Exception:  # a busy queue or a network blip: the next beat tries again
+                log.warning("lease heartbeat failed", item=lease.item_id, exc_info=True)
 
     async def _attempt(self, lease: Lease, job: Job, core_id: int) -> str:
         gh = self.clients(job.installation_id)
