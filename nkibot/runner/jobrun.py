@@ -32,7 +32,7 @@ from nkibot.convert.discovery import (
 from nkibot.github.artifacts import header_line_count
 from nkibot.github.checks import CheckRun, reply_once
 from nkibot.github.gateway import GitHubGateway
-from nkibot.github.publish import Publisher, output_paths, plan_publication
+from nkibot.github.publish import LeftAlone, Publisher, output_paths, plan_publication
 from nkibot.github.render import (
     check_run_output,
     conclusion,
@@ -266,7 +266,7 @@ class JobRunner:
     async def finish(self, prep: Prepared, result: ConversionResult) -> None:
         job, t0 = self.job, time.monotonic()
         await self.run.ensure()
-        pr_url = None
+        pr_url, note = None, ""
         offset = header_line_count(result, sha=job.sha, repo=job.repo) if result.kernel else 0
         if result.status == "verified" and result.kernel is not None:
             plan = plan_publication(
@@ -274,8 +274,13 @@ class JobRunner:
                 reference_path=prep.reference_path, entry=prep.entry, kind=prep.kind,
                 init_args=prep.task.init_args, integrated=prep.integrated,
                 check_run_url=self.run.html_url)
-            pr_url = (await Publisher(self.gh).publish(plan)).pr_url
+            published = await Publisher(self.gh).publish(plan)
+            if isinstance(published, LeftAlone):
+                log.info("publication left alone", job=job.id, reason=published.reason)
+                note = f"\n\n{published.reason}"
+            else:
+                pr_url = published.pr_url
         self.timings.add("publish", time.monotonic() - t0)
         await self.run.complete(conclusion(result), check_run_output(result, line_offset=offset))
         await reply_once(self.gh, job, reply_comment(result, pr_url=pr_url,
-                                                     check_run_url=self.run.html_url))
+                                                     check_run_url=self.run.html_url) + note)
