@@ -114,7 +114,8 @@ def write_bodies(path: Path) -> int:
     lines = []
     for i in range(DISTINCT_BODIES):
         payload["comment"]["id"] = 10_000_000 + i
-        payload["comment"]["body"] = f"/nki convert src/models/norm.py::RMSNorm --turns {i % 9 + 1}\n"
+        command = f"/nki convert src/models/norm.py::RMSNorm --turns {i % 9 + 1}\n"
+        payload["comment"]["body"] = command
         short = len(json.dumps(payload, separators=(",", ":")).encode())
         payload["comment"]["body"] += "x" * max(0, BODY_BYTES - short)
         body = json.dumps(payload, separators=(",", ":")).encode()

@@ -190,7 +190,7 @@ class Publisher:
                 raise BranchTouched(f"commit {current[:12]}: {first}")
             # An nkibot commit stands on its source directly (or, from earlier versions, on
             # an earlier nkibot commit, with the source as a second parent).
-            if parents[0] == source or len(parents) > 1 and source in parents:
+            if parents[0] == source or (len(parents) > 1 and source in parents):
                 return source
             current = parents[0]
         raise BranchTouched(f"more than {HISTORY_DEPTH} commits deep")
