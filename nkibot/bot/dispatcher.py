@@ -20,7 +20,7 @@ from nkibot.bot.metrics import Metrics
 from nkibot.config.settings import Settings
 from nkibot.github.client import installation_client
 from nkibot.github.facts import gather
-from nkibot.github.gateway import GitHubGateway
+from nkibot.github.gateway import GitHubGateway, check_run_name, hidden_marker
 from nkibot.handlers import Decision, Incoming, Policy, decide, read_event, screen
 from nkibot.jobs.model import Job
 from nkibot.jobs.queue import Lease, Purgeable, Queue
@@ -32,10 +32,6 @@ INBOX_LEASE_S = 120.0
 KEEP_DONE_S = 7 * 24 * 3600.0
 PURGE_EVERY_S = 3600.0
 GatewayFactory = Callable[[int], GitHubGateway]
-
-
-def check_run_name(job: Job) -> str:
-    return f"nkibot: {job.target}"
 
 
 def policy_of(settings: Settings) -> Policy:
@@ -153,7 +149,7 @@ class Dispatcher:
             await self.reply(gw, inc, decision.kind, decision.reply)
 
     async def enqueue(self, gw: GitHubGateway, job: Job) -> None:
-        name = check_run_name(job)
+        name = check_run_name(job.target)
         run_id = await gw.find_check_run(job.repo, job.sha, name, job.id)
         if run_id is None:
             summary = f"Converting `{job.target}` at `{job.sha[:12]}`; waiting for a runner."
@@ -175,7 +171,5 @@ class Dispatcher:
         if inc.issue_number is None:
             log.info("no thread to reply on", delivery=inc.delivery_id, kind=kind)
             return
-        marker = f"<!-- nkibot:{inc.delivery_id}:{kind} -->"
-        if await gw.has_comment_with(inc.repo, inc.issue_number, marker):
-            return
-        await gw.comment(inc.repo, inc.issue_number, f"{text}\n\n{marker}")
+        await gw.comment_once(inc.repo, inc.issue_number, text,
+                              hidden_marker("delivery", inc.delivery_id, kind))
