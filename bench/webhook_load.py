@@ -136,6 +136,15 @@ def run_wrk(wrk: str, url: str, args: argparse.Namespace, bodies: Path, out: Pat
     return result
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux /proc), 0 where unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def inbox_keys(db: Path) -> list[str]:
     with sqlite3.connect(db) as conn:
         return [row[0] for row in conn.execute("SELECT key FROM q_inbox")]
@@ -150,8 +159,9 @@ def sent_ids(result: dict[str, Any], prefix: str) -> set[str]:
 def row(name: str, r: dict[str, Any], base: dict[str, Any]) -> str:
     rps = r["requests"] / (r["duration_us"] / 1e6)
     base_rps = base["requests"] / (base["duration_us"] / 1e6)
+    cpu_us = r.get("cpu_s", 0.0) / max(1, r["requests"]) * 1e6
     return (f"| {name} | {rps:,.0f} req/s | {rps / base_rps:.2f}x | {r['p50_us'] / 1000:.1f} ms "
-            f"| {r['p99_us'] / 1000:.1f} ms | {r['errors']} / {r['non2xx']} |")
+            f"| {r['p99_us'] / 1000:.1f} ms | {cpu_us:.0f} us | {r['errors']} / {r['non2xx']} |")
 
 
 def main() -> None:
@@ -181,8 +191,11 @@ def main() -> None:
         for name, url in urls.items():  # warm: connections, caches, the SQLite file
             run_wrk(wrk, url, args, bodies, work / f"warm-{name}.json", args.warmup)
         before = set(inbox_keys(db))
-        results = {name: run_wrk(wrk, url, args, bodies, work / f"{name}.json", args.duration)
-                   for name, url in urls.items()}
+        results = {}
+        for (name, url), proc in zip(urls.items(), (noop, nkibot), strict=True):
+            before_cpu = cpu_seconds(proc.pid)
+            results[name] = run_wrk(wrk, url, args, bodies, work / f"{name}.json", args.duration)
+            results[name]["cpu_s"] = cpu_seconds(proc.pid) - before_cpu
         time.sleep(1.0)  # requests in flight when wrk stopped finish their commit
     finally:
         for proc in (nkibot, noop):
@@ -201,8 +214,9 @@ def report(results: dict[str, dict[str, Any]], keys: list[str], before: set[str]
     print(f"wrk -t{args.threads} -c{args.connections} -d{args.duration}s, {size} B signed "
           f"issue_comment deliveries, one in ten redelivered; dispatcher off; one uvicorn "
           f"worker each; 127.0.0.1")
-    print("| server | throughput | vs do-nothing | p50 | p99 | socket errors / non-2xx |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| server | throughput | vs do-nothing | p50 | p99 | server CPU per request "
+          "| socket errors / non-2xx |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     print(row("do-nothing FastAPI + uvicorn", base, base))
     print(row("`nkibot serve`", ours, base))
     ratio = (ours["requests"] / ours["duration_us"]) / (base["requests"] / base["duration_us"])

@@ -157,7 +157,7 @@ class Runner:
     async def _keep_lease(self, lease: Lease) -> None:
         """The heartbeat: a short lease extended while the job runs (a killed runner stops it)."""
         while True:
-            await asyncio.sleep(self.settings.lease_heartbeat_s)
+            await asyncio.sleep(self.settings.heartbeat_seconds())
             try:
                 await asyncio.to_thread(self.queue.extend, lease, self.settings.lease_seconds)
             except Exception:  # a busy queue or a network blip: the next beat tries again

@@ -36,4 +36,6 @@ class TestSettings:
     def test_production_defaults_recover_within_a_minute(self) -> None:
         """Defaults: 30 s lease, 10 s beat; a dead runner's job waits at most 30 s + a poll."""
         s = Settings(_env_file=None)  # type: ignore[call-arg]
-        assert (s.lease_seconds, s.lease_heartbeat_s) == (30.0, 10.0)
+        assert (s.lease_seconds, s.heartbeat_seconds()) == (30.0, 10.0)
+        short = Settings(_env_file=None, lease_seconds=3)  # type: ignore[call-arg]
+        assert short.heartbeat_seconds() == 1.0  # a shorter lease beats faster by itself
