@@ -13,15 +13,18 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
 from nkibot.task import Task, describe_kernel_args
 from nkibot.verify.guards import jit_functions, static_findings
 from nkibot.verify.harness import HarnessReply, run_harness
 from nkibot.verify.judge import KernelRun, judge
-from nkibot.verify.protocol import load_array
+from nkibot.verify.protocol import load_array, save_array
 from nkibot.verify.reference import ReferenceSet
 from nkibot.verify.sandbox import SandboxOutcome, run_sandboxed
 
@@ -66,6 +69,17 @@ def error_diagnostic(error: dict[str, Any], kernel_file: str) -> Diagnostic:
     return Diagnostic(rule=str(error.get("rule") or "kernel-exception"),
                       message=f"{error.get('type', 'Error')}: {first[0]}"[:500],
                       file=shown, line=error.get("line"), fix=error.get("fix"))
+
+
+@dataclass
+class SimRun:
+    """One simulator run of a kernel on given inputs (`error` set when it did not finish)."""
+
+    outputs: list[np.ndarray[Any, Any]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    simulator: str = ""
+    error: str | None = None
+    line: int | None = None
 
 
 class SimBackend:
@@ -195,6 +209,32 @@ class SimBackend:
         log = f"{ran_on}; {len(run.outputs)}/{len(reference.trials)} trials ran"
         return VerifyResult(passed=passed, trials=verdict.trials, reasons=reasons,
                             diagnostics=diagnostics, log=log)
+
+    def simulate(self, src: str, arrays: list[np.ndarray[Any, Any]], names: list[str],
+                 *, timeout_s: float = 120.0) -> SimRun:
+        """Run the kernel once on `arrays` in the sandbox; the outputs as the parent read them."""
+        try:
+            function = resolve_function(src, self.function)
+        except KernelSourceError as exc:
+            return SimRun(error=str(exc))
+        static = self._static(src)
+        if static:
+            return SimRun(error="; ".join(d.message for d in static))
+        with tempfile.TemporaryDirectory(prefix="nkibot-simulate-") as tmp:
+            inputs = [save_array(Path(tmp) / f"in{i}.npy", a) for i, a in enumerate(arrays)]
+            request = {"trials": [{"inputs": inputs}], "state": [], "determinism": False,
+                       "arg_names": names}
+            reply = self._run(src, function, request, timeout_s, Path(tmp))
+            response = reply.response
+            if response is None:
+                return SimRun(error=sandbox_reason(reply))
+            if response.get("error"):
+                diag = error_diagnostic(response["error"], self.kernel_file)
+                return SimRun(error=f"{diag.rule}: {diag.message}", line=diag.line,
+                              simulator=str(response.get("simulator") or ""))
+            outputs = [load_array(d) for t in response["trials"] for d in t["outputs"]]
+        return SimRun(outputs=outputs, stats=dict(response.get("stats") or {}),
+                      simulator=str(response.get("simulator") or ""))
 
     def profile(self, src: str, task: Task) -> ProfileResult:
         try:
