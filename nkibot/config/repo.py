@@ -58,6 +58,8 @@ class RepoConfig(BaseModel):
     turns: int | None = Field(default=None, ge=1, le=50)
     model: Literal["auto", "lowering", "claude", "bedrock"] | None = None
     backend: Literal["auto", "sim", "neuron"] | None = None
+    #: The Trainium generation to check kernels for (None: the runner decides).
+    target: Literal["trn1", "trn2", "trn3"] | None = None
     output_dir: str = "nki_kernels/"
     min_permission: Permission | None = None
     integrate: Literal["none", "dispatch"] = "none"

@@ -16,6 +16,7 @@ def merged_options(config: RepoConfig, options: JobOptions) -> JobOptions:
         turns=options.turns or config.turns,
         model=options.model or config.model,
         backend=options.backend or config.backend,
+        platform=options.platform or config.target,
         atol=options.atol if options.atol is not None else config.tolerances.atol,
         rtol=options.rtol if options.rtol is not None else config.tolerances.rtol,
         shapes=list(options.shapes),

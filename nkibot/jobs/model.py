@@ -18,6 +18,8 @@ class JobOptions(BaseModel):
     turns: int | None = None
     model: Literal["auto", "lowering", "claude", "bedrock"] | None = None
     backend: Literal["auto", "sim", "neuron"] | None = None
+    #: Trainium generation to check for (repo config `target:`; None: the runner decides).
+    platform: Literal["trn1", "trn2", "trn3"] | None = None
     atol: float | None = None
     rtol: float | None = None
     shapes: list[ShapeOverride] = Field(default_factory=list)

@@ -17,6 +17,8 @@ from typing import Literal
 
 import structlog
 
+from nkibot.backends.neuron import devices
+from nkibot.backends.select import host_platform
 from nkibot.config.repo import ConfigError, RepoConfig, load_repo_config
 from nkibot.config.settings import Settings
 from nkibot.convert.codemod import CodemodError, integrate_dispatch
@@ -188,7 +190,17 @@ async def run_conversion(task: Task, settings: Settings, job: Job, *, core_id: i
         task, settings=settings, model=job.options.model or settings.model,
         backend=job.options.backend or settings.backend, turns=job.options.turns,
         on_turn=on_turn, should_stop=should_stop, target=job.target, on_stage=on_stage,
-        core_id=core_id)
+        core_id=core_id, platform=job_platform(job, settings))
+
+
+def job_platform(job: Job, settings: Settings,
+                 device: Callable[[], str | None] | None = None) -> str:
+    """The generation this job is checked for: repo config, NKIBOT_TARGET, device, trn1.
+
+    Runners on Trn2/Trn3 hosts run the same loop; only the generation differs.
+    """
+    return host_platform(job.options.platform, settings.target,
+                         device or devices.device_generation)
 
 
 async def fail_user(gw: GitHubGateway, run: CheckRun, job: Job, exc: TargetError) -> None:
