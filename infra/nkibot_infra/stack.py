@@ -96,7 +96,8 @@ class NkibotStack(Stack):
         )
         queue = sqs.Queue(
             self, f"{name.title()}Queue", fifo=True, content_based_deduplication=False,
-            visibility_timeout=Duration.minutes(15 if name == "jobs" else 2),
+            # jobs: a short lease the runner extends every 10 s (a dead runner costs ~30 s)
+            visibility_timeout=Duration.seconds(30 if name == "jobs" else 120),
             retention_period=Duration.days(4), encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             dead_letter_queue=sqs.DeadLetterQueue(queue=dlq, max_receive_count=3),

@@ -44,8 +44,25 @@ def serve(
     settings = _settings()
     if dispatcher is not None:
         settings = settings.model_copy(update={"dispatcher_enabled": dispatcher})
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning",
-                access_log=False, server_header=False)
+    app = create_app(settings)
+    _tune_gc()
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                server_header=False)
+
+
+def _tune_gc() -> None:
+    """Keep the collector off the ack path: it was the largest cost left there.
+
+    Everything imported so far (pydantic schemas, githubkit) is frozen out of collection,
+    and young objects are collected in larger batches. Measured by calling the ASGI app
+    in-process, 64 requests at a time: 210-300 us of CPU per delivery before, 110-140 us
+    after (the do-nothing endpoint: 77 us).
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
 
 
 def dispatch(

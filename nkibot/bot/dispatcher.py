@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 import anyio
 import structlog
-from githubkit.webhooks import parse
 
 from nkibot.bot.delivery import Delivery
 from nkibot.bot.metrics import Metrics
@@ -23,12 +22,10 @@ from nkibot.config.settings import Settings
 from nkibot.github.client import installation_client
 from nkibot.github.dashboard import update_rows
 from nkibot.github.facts import gather
-from nkibot.github.gateway import GitHubGateway
-from nkibot.handlers.decide import decide, screen
-from nkibot.handlers.decision import Decision, Policy, ignore
-from nkibot.handlers.events import Incoming, summarize
+from nkibot.github.gateway import GitHubGateway, check_run_name, hidden_marker
+from nkibot.handlers import Decision, Incoming, Policy, decide, read_event, screen
 from nkibot.jobs.model import Job
-from nkibot.jobs.queue import Lease, Queue
+from nkibot.jobs.queue import Lease, Purgeable, Queue
 from nkibot.jobs.state import JobStateStore
 
 log = structlog.get_logger("nkibot.dispatcher")
@@ -37,10 +34,6 @@ INBOX_LEASE_S = 120.0
 KEEP_DONE_S = 7 * 24 * 3600.0
 PURGE_EVERY_S = 3600.0
 GatewayFactory = Callable[[int], GitHubGateway]
-
-
-def check_run_name(job: Job) -> str:
-    return f"nkibot: {job.target}"
 
 
 def policy_of(settings: Settings) -> Policy:
@@ -82,12 +75,12 @@ class Dispatcher:
                     await asyncio.wait_for(stop.wait(), self.settings.dispatch_poll_s)
 
     async def _purge(self) -> None:
-        purge = getattr(self.inbox, "purge_done", None)  # SQLite only; SQS expires by itself
-        if purge is not None:
-            try:
-                await anyio.to_thread.run_sync(purge, KEEP_DONE_S)
-            except Exception:
-                log.exception("inbox purge failed")
+        if not isinstance(self.inbox, Purgeable):  # SQLite only; SQS expires by itself
+            return
+        try:
+            await anyio.to_thread.run_sync(self.inbox.purge_done, KEEP_DONE_S)
+        except Exception:
+            log.exception("inbox purge failed")
 
     async def drain(self) -> int:
         """Process until the inbox has nothing visible; the number of items handled."""
@@ -115,17 +108,13 @@ class Dispatcher:
 
     async def process(self, lease: Lease) -> Decision:
         delivery = Delivery.decode(lease.body)
-        try:
-            # Off the event loop: githubkit builds big validators on first use (seconds for
-            # pull_request), which would otherwise stall the ack path in the same process.
-            parsed = await anyio.to_thread.run_sync(parse, delivery.event, delivery.body)
-        except Exception as exc:  # validation or unknown event: retrying cannot help
-            decision = ignore(f"payload does not parse as {delivery.event}: {type(exc).__name__}")
-            self._count(delivery.delivery_id, decision)
-            return decision
-        inc = summarize(delivery.event, delivery.delivery_id, parsed)
+        # Off the event loop: a body of megabytes takes a while to parse.
+        inc = await anyio.to_thread.run_sync(
+            read_event, delivery.event, delivery.delivery_id, delivery.body)
         screened = screen(inc, self.policy)
         if isinstance(screened, Decision):
+            if inc.missing is not None:
+                self._dropped(inc)
             self._count(inc.delivery_id, screened)
             return screened
         assert inc.installation_id is not None  # screen() ignores events without one
@@ -135,6 +124,14 @@ class Dispatcher:
         self._count(inc.delivery_id, decision)
         await self.execute(gw, inc, decision)
         return decision
+
+    def _dropped(self, inc: Incoming) -> None:
+        """A payload that lacks a needed field: say which, loudly (it may be a GitHub change)."""
+        assert inc.missing is not None
+        self.metrics.payloads_dropped.labels(inc.event, inc.missing).inc()
+        log.warning("payload dropped: a field the decision needs is absent",
+                    delivery=inc.delivery_id, github_event=inc.event, action=inc.action,
+                    field=inc.missing)
 
     def _count(self, delivery_id: str, decision: Decision) -> None:
         self.metrics.decisions.labels(decision.kind).inc()
@@ -161,7 +158,7 @@ class Dispatcher:
             await self.reply(gw, inc, decision.kind, decision.reply)
 
     async def enqueue(self, gw: GitHubGateway, job: Job) -> None:
-        name = check_run_name(job)
+        name = check_run_name(job.target)
         run_id = await gw.find_check_run(job.repo, job.sha, name, job.id)
         if run_id is None:
             summary = f"Converting `{job.target}` at `{job.sha[:12]}`; waiting for a runner."
@@ -183,7 +180,5 @@ class Dispatcher:
         if inc.issue_number is None:
             log.info("no thread to reply on", delivery=inc.delivery_id, kind=kind)
             return
-        marker = f"<!-- nkibot:{inc.delivery_id}:{kind} -->"
-        if await gw.has_comment_with(inc.repo, inc.issue_number, marker):
-            return
-        await gw.comment(inc.repo, inc.issue_number, f"{text}\n\n{marker}")
+        await gw.comment_once(inc.repo, inc.issue_number, text,
+                              hidden_marker("delivery", inc.delivery_id, kind))

@@ -20,6 +20,9 @@ class Metrics:
             registry=self.registry)
         self.jobs_enqueued = Counter(
             "nkibot_jobs_enqueued", "Jobs put on the jobs queue", registry=self.registry)
+        self.payloads_dropped = Counter(
+            "nkibot_payloads_dropped", "Deliveries dropped because a needed field is absent",
+            ["event", "field"], registry=self.registry)
         self.decisions = Counter(
             "nkibot_decisions", "Dispatcher decisions by kind", ["kind"],
             registry=self.registry)

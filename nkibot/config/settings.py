@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Permission = Literal["read", "triage", "write", "maintain", "admin"]
@@ -47,7 +47,11 @@ class Settings(BaseSettings):
     queue_url: str = "sqlite:///./nkibot-queue.db"
     jobs_queue_url: str | None = None
     max_attempts: int = Field(default=3, ge=1)
-    lease_seconds: float = Field(default=300.0, gt=0)
+    #: A job lease is short and kept alive by a heartbeat, so a runner killed mid-job
+    #: costs its job at most about `lease_seconds` before another worker takes it.
+    lease_seconds: float = Field(default=30.0, gt=0)
+    #: How often a working runner extends its lease; default a third of `lease_seconds`.
+    lease_heartbeat_s: float | None = Field(default=None, gt=0)
     #: SQLite file for job state (cancellations, retries); default: the SQLite queue file.
     state_path: Path | None = None
 
@@ -107,6 +111,18 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [part.strip().lower() for part in value.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _heartbeat_inside_lease(self) -> Settings:
+        if self.lease_heartbeat_s is not None and self.lease_heartbeat_s >= self.lease_seconds:
+            raise ValueError(
+                f"NKIBOT_LEASE_HEARTBEAT_S ({self.lease_heartbeat_s:g}) must be shorter than "
+                f"NKIBOT_LEASE_SECONDS ({self.lease_seconds:g}), or leases expire while jobs run")
+        return self
+
+    def heartbeat_seconds(self) -> float:
+        """Seconds between lease extensions of a running job."""
+        return self.lease_heartbeat_s or self.lease_seconds / 3
 
     def private_key_pem(self) -> str | None:
         """The App's PEM private key, from the value or the file, whichever is set."""

@@ -1,4 +1,4 @@
-"""The runner's GitHub writes besides publishing: its check run and its reply comment.
+"""The runner's check run and its reply comment, on the GitHub gateway's calls.
 
 Every write is idempotent: updates set absolute state, the reply carries a hidden
 marker and is skipped when a comment with that marker exists (a restarted job
@@ -10,10 +10,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from nkibot.github.gateway import GitHubGateway, check_run_name, hidden_marker
 from nkibot.github.render import CheckRunOutput, Conclusion
 from nkibot.jobs.model import Job
 
-CHECK_NAME_PREFIX = "nkibot: "
 ACTIONS: dict[str, dict[str, str]] = {
     "retry": {"label": "Retry", "description": "Run the conversion again",
               "identifier": "retry"},
@@ -31,7 +31,7 @@ def actions_for(conclusion: Conclusion) -> list[dict[str, str]]:
 
 
 def reply_marker(job: Job) -> str:
-    return f"<!-- nkibot:job:{job.id} -->"
+    return hidden_marker("job", job.id)
 
 
 def _now() -> str:
@@ -41,35 +41,25 @@ def _now() -> str:
 class CheckRun:
     """One job's check run (created here only when the dispatcher did not)."""
 
-    def __init__(self, gh: Any, job: Job) -> None:
-        self.gh, self.job = gh, job
-        self.owner, self.name = job.repo.split("/", 1)
+    def __init__(self, gw: GitHubGateway, job: Job) -> None:
+        self.gw, self.job = gw, job
         self.id: int | None = job.check_run_id
         self.html_url: str | None = None
 
-    async def _find(self) -> int | None:
-        """Our run for this job on its SHA, when an earlier attempt already created it."""
-        resp = await self.gh.rest.checks.async_list_for_ref(
-            self.owner, self.name, self.job.sha, check_name=CHECK_NAME_PREFIX + self.job.target,
-            filter_="all", per_page=100)
-        return next((int(r.id) for r in resp.parsed_data.check_runs
-                     if r.external_id == self.job.id), None)
-
     async def ensure(self) -> int:
+        job = self.job
+        name = check_run_name(job.target)
+        if self.id is None:  # an earlier attempt may have created it
+            self.id = await self.gw.find_check_run(job.repo, job.sha, name, job.id)
         if self.id is None:
-            self.id = await self._find()
-        if self.id is None:
-            resp = await self.gh.rest.checks.async_create(
-                self.owner, self.name, name=CHECK_NAME_PREFIX + self.job.target,
-                head_sha=self.job.sha, status="queued", external_id=self.job.id,
-                output={"title": "Queued", "summary": f"Converting `{self.job.target}`."})
-            self.id = int(resp.parsed_data.id)
+            self.id = await self.gw.create_check_run(job.repo, job.sha, name, job.id,
+                                                     f"Converting `{job.target}`.")
         return self.id
 
     async def _update(self, **fields: Any) -> None:
         run_id = await self.ensure()
-        resp = await self.gh.rest.checks.async_update(self.owner, self.name, run_id, **fields)
-        self.html_url = resp.parsed_data.html_url or self.html_url
+        self.html_url = await self.gw.update_check_run(self.job.repo, run_id,
+                                                       **fields) or self.html_url
 
     async def start(self, output: CheckRunOutput) -> None:
         await self._update(status="in_progress", started_at=_now(), output=output.payload())
@@ -87,7 +77,7 @@ class CheckRun:
             await self._update(output=output.payload(batch))
 
 
-async def cancelled_on_github(gh: Any, job: Job) -> bool:
+async def cancelled_on_github(gw: GitHubGateway, job: Job) -> bool:
     """True when the job's check run was completed as cancelled (by `/nki cancel`).
 
     The check run is the one record the dispatcher and every runner host share, so a
@@ -96,29 +86,16 @@ async def cancelled_on_github(gh: Any, job: Job) -> bool:
     """
     if job.check_run_id is None:
         return False
-    owner, name = job.repo.split("/", 1)
     try:
-        resp = await gh.rest.checks.async_get(owner, name, job.check_run_id)
+        run = await gw.get_check_run(job.repo, job.check_run_id)
     except Exception:  # GitHub unavailable: keep working, poll again later
         return False
-    run = resp.parsed_data
-    return bool(run.status == "completed" and run.conclusion == "cancelled")
+    return run.status == "completed" and run.conclusion == "cancelled"
 
 
-async def reply_once(gh: Any, job: Job, body: str, max_pages: int = 10) -> bool:
+async def reply_once(gw: GitHubGateway, job: Job, body: str) -> bool:
     """Comment on the trigger's thread unless this job's reply is already there."""
     number = job.trigger.issue_number
     if number is None:
         return False
-    owner, name = job.repo.split("/", 1)
-    marker = reply_marker(job)
-    for page in range(1, max_pages + 1):
-        resp = await gh.rest.issues.async_list_comments(owner, name, number, per_page=100,
-                                                        page=page)
-        comments: list[Any] = list(resp.parsed_data)
-        if any(marker in (c.body or "") for c in comments):
-            return False
-        if len(comments) < 100:
-            break
-    await gh.rest.issues.async_create_comment(owner, name, number, body=f"{body}\n\n{marker}")
-    return True
+    return await gw.comment_once(job.repo, number, body, reply_marker(job))

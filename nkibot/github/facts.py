@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import anyio
 
 from nkibot.config.repo import RepoConfig, load_repo_config
@@ -32,20 +34,22 @@ async def gather(gw: GitHubGateway, inc: Incoming, needs: Needs, policy: Policy,
     if needs.check_run_job and inc.external_id:
         found = await anyio.to_thread.run_sync(state.get, inc.external_id)
         jobs = [found] if found is not None else []
-    return Facts(**{**facts.__dict__, "jobs": tuple(jobs)})
+    if needs.suite_jobs and inc.head_sha:
+        jobs = [j for j in await anyio.to_thread.run_sync(state.find, inc.repo)
+                if j.sha == inc.head_sha]
+    return dataclasses.replace(facts, jobs=tuple(jobs))
 
 
 async def _with_sha(gw: GitHubGateway, inc: Incoming, facts: Facts) -> Facts:
-    base = facts.__dict__
-    if inc.kind == "check_run":
-        return Facts(**{**base, "sha": inc.head_sha})
+    if inc.kind in ("check_run", "check_suite"):
+        return dataclasses.replace(facts, sha=inc.head_sha)
     if inc.is_pull_request and inc.head_sha and inc.base_ref:
-        return Facts(**{**base, "sha": inc.head_sha, "head_ref": inc.head_ref,
-                        "head_repo": inc.head_repo, "base_ref": inc.base_ref,
-                        "default_branch": inc.base_ref})
+        return dataclasses.replace(facts, sha=inc.head_sha, head_ref=inc.head_ref,
+                                   head_repo=inc.head_repo, base_ref=inc.base_ref,
+                                   default_branch=inc.base_ref)
     if inc.is_pull_request and inc.issue_number is not None:
         head = await gw.pull_head(inc.repo, inc.issue_number)
-        return Facts(**{**base, "sha": head.sha, "head_ref": head.ref, "head_repo": head.repo,
-                        "base_ref": head.base_ref, "default_branch": head.base_ref})
+        return dataclasses.replace(facts, sha=head.sha, head_ref=head.ref, head_repo=head.repo,
+                                   base_ref=head.base_ref, default_branch=head.base_ref)
     branch, sha = await gw.default_branch_head(inc.repo)
-    return Facts(**{**base, "sha": sha, "default_branch": branch})
+    return dataclasses.replace(facts, sha=sha, default_branch=branch)

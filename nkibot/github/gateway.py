@@ -1,4 +1,12 @@
-"""The dispatcher's GitHub edge: a handful of typed githubkit REST calls, nothing else."""
+"""The GitHub edge both sides use: every REST call of the dispatcher and the runner's
+check runs and replies, typed, on one installation's githubkit client.
+
+Like gidgethub's `abc.GitHubAPI`, the behaviour sits on a few primitives: the check run
+calls (`create_check_run`, `update_check_run`, `get_check_run`, `find_check_run`) and the
+comment calls (`comments`, `comment`); `comment_once` and `cancel_check_run` are built on
+them. One name scheme for check runs (`check_run_name`) and one for the hidden markers
+that make comments idempotent (`hidden_marker`).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +21,24 @@ from githubkit.exception import RequestFailed
 from nkibot.config.settings import PERMISSION_ORDER
 
 MAX_COMMENT_PAGES = 10
+CHECK_NAME_PREFIX = "nkibot: "
+
+
+def check_run_name(target: str) -> str:
+    """The one check-run name per target (the dispatcher creates it, the runner finds it)."""
+    return CHECK_NAME_PREFIX + target
+
+
+def hidden_marker(*parts: str) -> str:
+    """An HTML comment GitHub does not render: `<!-- nkibot:a:b -->` marks a comment as ours."""
+    return "<!-- nkibot:" + ":".join(parts) + " -->"
+
+
+@dataclass(frozen=True)
+class CheckRunState:
+    status: str
+    conclusion: str | None
+    html_url: str | None
 
 
 @dataclass(frozen=True)
@@ -105,27 +131,51 @@ class GitHubGateway:
             output={"title": "Queued", "summary": summary})
         return resp.parsed_data.id
 
-    async def cancel_check_run(self, repo: str, check_run_id: int, summary: str) -> None:
+    async def update_check_run(self, repo: str, check_run_id: int, **fields: Any) -> str | None:
+        """PATCH absolute state onto the run (idempotent); its html_url."""
         owner, rname = _split(repo)
-        await self.gh.rest.checks.async_update(
-            owner, rname, check_run_id, status="completed", conclusion="cancelled",
-            output={"title": "Cancelled", "summary": summary})
+        resp = await self.gh.rest.checks.async_update(owner, rname, check_run_id, **fields)
+        url = resp.parsed_data.html_url
+        return url if isinstance(url, str) else None
 
-    async def has_comment_with(self, repo: str, issue: int, marker: str) -> bool:
+    async def get_check_run(self, repo: str, check_run_id: int) -> CheckRunState:
+        owner, rname = _split(repo)
+        run = (await self.gh.rest.checks.async_get(owner, rname, check_run_id)).parsed_data
+        url = run.html_url if isinstance(run.html_url, str) else None
+        return CheckRunState(str(run.status), run.conclusion, url)
+
+    async def cancel_check_run(self, repo: str, check_run_id: int, summary: str) -> None:
+        await self.update_check_run(repo, check_run_id, status="completed",
+                                    conclusion="cancelled",
+                                    output={"title": "Cancelled", "summary": summary})
+
+    async def comments(self, repo: str, issue: int, page: int) -> list[str]:
+        """The bodies of one page (100) of the thread's comments."""
         owner, name = _split(repo)
-        for page in range(1, MAX_COMMENT_PAGES + 1):
-            resp = await self.gh.rest.issues.async_list_comments(
-                owner, name, issue, per_page=100, page=page)
-            comments: list[Any] = list(resp.parsed_data)
-            if any(marker in (c.body or "") for c in comments):
-                return True
-            if len(comments) < 100:
-                return False
-        return False
+        resp = await self.gh.rest.issues.async_list_comments(
+            owner, name, issue, per_page=100, page=page)
+        found: list[Any] = list(resp.parsed_data)
+        return [c.body or "" for c in found]
 
     async def comment(self, repo: str, issue: int, body: str) -> None:
         owner, name = _split(repo)
         await self.gh.rest.issues.async_create_comment(owner, name, issue, body=body)
+
+    async def has_comment_with(self, repo: str, issue: int, marker: str) -> bool:
+        for page in range(1, MAX_COMMENT_PAGES + 1):
+            bodies = await self.comments(repo, issue, page)
+            if any(marker in body for body in bodies):
+                return True
+            if len(bodies) < 100:
+                return False
+        return False
+
+    async def comment_once(self, repo: str, issue: int, body: str, marker: str) -> bool:
+        """Post `body` with `marker` unless a comment carrying the marker exists already."""
+        if await self.has_comment_with(repo, issue, marker):
+            return False
+        await self.comment(repo, issue, f"{body}\n\n{marker}")
+        return True
 
     # --- issues (the conversion dashboard) -------------------------------------------
     async def issue_body(self, repo: str, number: int) -> str:

@@ -4,7 +4,8 @@ from nkibot.config.targets import TargetError, parse_shape, validate_target
 from nkibot.handlers.commands import Command, CommandError, parse_comment
 from nkibot.handlers.decide import Needs, decide, screen
 from nkibot.handlers.decision import Decision, Facts, Policy, ignore
-from nkibot.handlers.events import Incoming, summarize
+from nkibot.handlers.events import Incoming
+from nkibot.handlers.intake import read_event
 
 __all__ = [
     "Command",
@@ -19,7 +20,7 @@ __all__ = [
     "ignore",
     "parse_comment",
     "parse_shape",
+    "read_event",
     "screen",
-    "summarize",
     "validate_target",
 ]

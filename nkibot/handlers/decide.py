@@ -37,12 +37,16 @@ class Needs:
     config: bool = False
     issue_jobs: bool = False
     check_run_job: bool = False
+    #: Every recorded job on the check suite's head SHA (Re-run all checks).
+    suite_jobs: bool = False
 
 
 def screen(inc: Incoming, policy: Policy) -> Decision | Needs:
     """Drop what nkibot never acts on, before any API call; else say which facts to fetch."""
     if inc.kind == "other":
         return ignore(f"event {inc.event}.{inc.action} is not acted on")
+    if inc.missing is not None:
+        return ignore(f"payload of {inc.event}.{inc.action} lacks {inc.missing}")
     if (why := bot_reason(inc)) is not None:
         return ignore(why)
     if not inc.repo or inc.installation_id is None:
@@ -61,6 +65,8 @@ def screen(inc: Incoming, policy: Policy) -> Decision | Needs:
         if (inc.label or "").lower() != policy.trigger_label.lower():
             return ignore(f"label {inc.label!r} is not the trigger label")
         return Needs(sha=True, config=True)
+    if inc.kind == "check_suite":
+        return _screen_suite(inc, policy)
     if inc.action not in ("rerequested", "requested_action"):
         return ignore(f"action check_run.{inc.action} is not acted on")
     if policy.app_id is None or inc.check_run_app_id != policy.app_id:
@@ -68,6 +74,14 @@ def screen(inc: Incoming, policy: Policy) -> Decision | Needs:
     if inc.action == "requested_action" and inc.requested_action not in CHECK_ACTIONS:
         return ignore(f"unknown requested action {inc.requested_action!r}")
     return Needs(sha=True, config=True, check_run_job=True)
+
+
+def _screen_suite(inc: Incoming, policy: Policy) -> Decision | Needs:
+    if inc.action != "rerequested":
+        return ignore(f"action check_suite.{inc.action} is not acted on")
+    if policy.app_id is None or inc.check_run_app_id != policy.app_id:
+        return ignore("check suite belongs to another app")
+    return Needs(sha=True, config=True, suite_jobs=True)
 
 
 def _screen_comment(inc: Incoming) -> Decision | Needs:
@@ -98,6 +112,10 @@ def decide(inc: Incoming, facts: Facts, policy: Policy) -> Decision:
         return _config_error(facts.config)
     if inc.kind == "label":
         return _enqueue(inc, facts, policy, Command("convert"), react=False)
+    if inc.kind == "check_suite":
+        if not facts.jobs:
+            return ignore(f"no nkibot job on the suite's commit {inc.head_sha}")
+        return _retry_latest(inc, facts, policy)
     job = next((j for j in facts.jobs if j.id == inc.external_id), None)
     if job is None:
         return ignore(f"check run {inc.check_run_id} has no recorded job {inc.external_id!r}")

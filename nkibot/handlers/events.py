@@ -1,4 +1,4 @@
-"""A flat summary of the webhook events nkibot acts on, read from githubkit's typed models.
+"""A flat summary of the webhook events nkibot acts on (built by `intake.read_event`).
 
 Only what the decisions need is kept, so `decide` can be tested with plain values.
 """
@@ -6,11 +6,9 @@ Only what the decisions need is kept, so `decide` can be tested with plain value
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from githubkit.utils import Unset
-
-Kind = Literal["comment", "label", "check_run", "issue_edit", "other"]
+Kind = Literal["comment", "label", "check_run", "check_suite", "issue_edit", "other"]
 
 
 @dataclass(frozen=True)
@@ -36,65 +34,16 @@ class Incoming:
     head_ref: str | None = None
     head_repo: str | None = None
     base_ref: str | None = None
-    #: check_run events
+    #: check_run events (check_suite events fill `check_suite_id` instead)
     check_run_id: int | None = None
+    check_suite_id: int | None = None
+    #: The App that owns the check run or suite.
     check_run_app_id: int | None = None
     external_id: str | None = None
     requested_action: str | None = None
+    #: A field the decision needs that the payload lacks (the delivery is then dropped).
+    missing: str | None = None
 
     @property
     def owner(self) -> str:
         return self.repo.split("/", 1)[0]
-
-
-def _get(obj: Any, *path: str) -> Any:
-    """Follow attributes, treating githubkit's UNSET and None alike as missing."""
-    for name in path:
-        if obj is None or isinstance(obj, Unset):
-            return None
-        obj = getattr(obj, name, None)
-    return None if isinstance(obj, Unset) else obj
-
-
-def summarize(event: str, delivery_id: str, parsed: Any) -> Incoming:
-    """Flatten a githubkit webhook model; events we do not act on become kind `other`."""
-    action = str(_get(parsed, "action") or "")
-    common: dict[str, Any] = {
-        "event": event, "action": action, "delivery_id": delivery_id,
-        "repo": _get(parsed, "repository", "full_name") or "",
-        "installation_id": _get(parsed, "installation", "id"),
-        "sender_login": _get(parsed, "sender", "login") or "",
-        "sender_type": _get(parsed, "sender", "type") or "User",
-    }
-    if event in ("issue_comment", "issues"):
-        common.update(
-            issue_number=_get(parsed, "issue", "number"),
-            is_pull_request=_get(parsed, "issue", "pull_request") is not None,
-            issue_body=_get(parsed, "issue", "body") or "",
-        )
-    if event == "issue_comment":
-        return Incoming(kind="comment", comment_id=_get(parsed, "comment", "id"),
-                        comment_body=_get(parsed, "comment", "body") or "", **common)
-    if event == "issues" and action == "edited":
-        return Incoming(kind="issue_edit", body_from=_get(parsed, "changes", "body", "from_"),
-                        **common)
-    if event == "issues":
-        return Incoming(kind="label", label=_get(parsed, "label", "name"), **common)
-    if event == "pull_request":
-        pr = _get(parsed, "pull_request")
-        return Incoming(
-            kind="label", label=_get(parsed, "label", "name"),
-            issue_number=_get(pr, "number"), is_pull_request=True,
-            issue_body=_get(pr, "body") or "", head_sha=_get(pr, "head", "sha"),
-            head_ref=_get(pr, "head", "ref"), head_repo=_get(pr, "head", "repo", "full_name"),
-            base_ref=_get(pr, "base", "ref"), **common,
-        )
-    if event == "check_run":
-        run = _get(parsed, "check_run")
-        return Incoming(
-            kind="check_run", check_run_id=_get(run, "id"),
-            check_run_app_id=_get(run, "app", "id"), external_id=_get(run, "external_id"),
-            head_sha=_get(run, "head_sha"),
-            requested_action=_get(parsed, "requested_action", "identifier"), **common,
-        )
-    return Incoming(kind="other", **common)

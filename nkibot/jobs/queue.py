@@ -1,8 +1,10 @@
-"""The Queue interface, and the URL-selected factory.
+"""The Queue protocol and the optional capabilities some backends add (small protocols).
 
 At-least-once delivery with leases: an item leased and not acked before its
 visibility timeout returns to the queue; after `max_attempts` leases it moves to
-the dead-letter store instead.
+the dead-letter store instead. The backends are `sqlite.SqliteQueue` and `sqs.SqsQueue`;
+`factory.open_queue` picks one by URL. Callers test for a capability with
+`isinstance(queue, BatchPut)` and the like, never by probing attributes.
 """
 
 from __future__ import annotations
@@ -44,6 +46,20 @@ class Queue(Protocol):
 
     def depth(self) -> int:
         """Visible plus leased items (for metrics and readiness)."""
+        ...
+
+
+@runtime_checkable
+class BatchPut(Protocol):
+    def put_many(self, items: list[tuple[bytes, str]]) -> list[bool]:
+        """`put` for each (body, dedupe_key) in one durable write; a bool for each, in order."""
+        ...
+
+
+@runtime_checkable
+class Purgeable(Protocol):
+    def purge_done(self, older_than_s: float) -> int:
+        """Forget finished items older than `older_than_s`; how many were forgotten."""
         ...
 
 

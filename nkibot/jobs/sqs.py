@@ -161,7 +161,7 @@ def _receive_count(msg: Any) -> int:
 
 
 def create_fifo_queue(client: SQSClient, name: str, max_attempts: int,
-                      visibility_s: int = 300) -> tuple[str, str]:
+                      visibility_s: int = 30) -> tuple[str, str]:
     """Create `<name>.fifo` with a `<name>-dlq.fifo` redrive target; return (url, dlq url).
 
     Production queues come from the CDK stack; this is for local setups and tests.

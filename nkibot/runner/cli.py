@@ -33,14 +33,9 @@ def runner(
     count = workers or worker_count(settings)
 
     async def main() -> None:
-        clients: dict[int, object] = {}
-
-        def client(installation_id: int) -> object:
-            if installation_id not in clients:
-                clients[installation_id] = installation_client(settings, installation_id)
-            return clients[installation_id]
-
-        run = Runner(settings, queue, state, client, poll_s=poll)
+        # The runner keeps one gateway (and so one client) per installation.
+        run = Runner(settings, queue, state, lambda inst: installation_client(settings, inst),
+                     poll_s=poll)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, run.stop)

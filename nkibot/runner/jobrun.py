@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Literal
 
 import structlog
 
@@ -34,7 +34,7 @@ from nkibot.github.artifacts import header_line_count
 from nkibot.github.checks import CheckRun, reply_once
 from nkibot.github.dashboard import failure_update, result_update
 from nkibot.github.gateway import GitHubGateway
-from nkibot.github.publish import Publisher, output_paths, plan_publication
+from nkibot.github.publish import LeftAlone, Publisher, output_paths, plan_publication
 from nkibot.github.render import (
     check_run_output,
     conclusion,
@@ -104,14 +104,12 @@ def _tolerance(job: Job) -> Tolerance | None:
                      else 1e-3)
 
 
-async def _config(gh: Any, job: Job, root: Path) -> RepoConfig:
-    gateway = GitHubGateway(gh)
-
+async def _config(gw: GitHubGateway, job: Job, root: Path) -> RepoConfig:
     async def fetch(owner: str, repo: str, path: str) -> str | None:
         if f"{owner}/{repo}".lower() == job.repo.lower():
             local = root / path
             return local.read_text("utf-8") if local.is_file() else None
-        return await gateway.read_file(owner, repo, path)
+        return await gw.read_file(owner, repo, path)
 
     found = await load_repo_config(fetch, job.owner, job.name)
     if isinstance(found, ConfigError):
@@ -140,11 +138,11 @@ def _reference(root: Path, job: Job, config: RepoConfig, path: str, name: str, f
     return ref_path, ref_name, ref_file, "triton"
 
 
-async def prepare(gh: Any, job: Job, root: Path, settings: Settings) -> Prepared:
+async def prepare(gw: GitHubGateway, job: Job, root: Path, settings: Settings) -> Prepared:
     """Config, discovery and the Task (the reference is described in the sandbox)."""
     from nkibot.convert.taskload import TaskLoadError, load_task
 
-    config = await _config(gh, job, root)
+    config = await _config(gw, job, root)
     path, name, file = locate(root, job.target)
     ref_path, entry, ref_file, kind = _reference(root, job, config, path, name, file)
     refuse_unexpressible(ref_file, ref_path, entry)
@@ -211,23 +209,23 @@ def job_platform(job: Job, settings: Settings,
                          device or devices.device_generation)
 
 
-async def fail_user(gh: Any, run: CheckRun, job: Job, exc: TargetError) -> None:
+async def fail_user(gw: GitHubGateway, run: CheckRun, job: Job, exc: TargetError) -> None:
     await run.complete("failure", error_output(job.target, exc.message, exc.hint))
     if job.trigger.kind == "dashboard":
-        await report_row(gh, job, failure_update(job, exc.message, run.html_url))
+        await report_row(gw, job, failure_update(job, exc.message, run.html_url))
         return
-    await reply_once(gh, job, error_comment(job.target, exc.message, hint=exc.hint,
+    await reply_once(gw, job, error_comment(job.target, exc.message, hint=exc.hint,
                                             check_run_url=run.html_url))
 
 
 class JobRunner:
-    """Runs one job with one installation client; see the module docstring."""
+    """Runs one job through one installation's gateway; see the module docstring."""
 
-    def __init__(self, gh: Any, job: Job, settings: Settings, *, core_id: int | None,
+    def __init__(self, gw: GitHubGateway, job: Job, settings: Settings, *, core_id: int | None,
                  should_stop: Callable[[], bool], releasing: Callable[[], bool]) -> None:
-        self.gh, self.job, self.settings = gh, job, settings
+        self.gw, self.gh, self.job, self.settings = gw, gw.gh, job, settings
         self.core_id, self.should_stop, self.releasing = core_id, should_stop, releasing
-        self.run = CheckRun(gh, job)
+        self.run = CheckRun(gw, job)
         self.timings = Timings()
         self.result: ConversionResult | None = None
 
@@ -239,13 +237,13 @@ class JobRunner:
         job = self.job
         await self.run.start(progress_output(job.target, None, elapsed_s=0, stage="starting"))
         if job.trigger.kind == "dashboard":
-            await report_row(self.gh, job, RowUpdate(job.target, status="running",
+            await report_row(self.gw, job, RowUpdate(job.target, status="running",
                                                      check_run_url=self.run.html_url))
         try:
             return await self._in_workspace()
         except TargetError as exc:
             log.info("user-level failure", job=job.id, reason=exc.message)
-            await fail_user(self.gh, self.run, job, exc)
+            await fail_user(self.gw, self.run, job, exc)
             return "done"
 
     async def _in_workspace(self) -> Outcome:
@@ -254,7 +252,7 @@ class JobRunner:
                              max_repo_mb=self.settings.max_repo_mb) as root:
             self.timings.add("fetch", time.monotonic() - t0)
             t1 = time.monotonic()
-            prep = await prepare(self.gh, job, root, self.settings)
+            prep = await prepare(self.gw, job, root, self.settings)
             self.timings.add("discovery", time.monotonic() - t1)
             reporter = ProgressReporter(self.run.progress, job.target,
                                         interval_s=self.settings.check_run_update_interval_s,
@@ -290,7 +288,7 @@ class JobRunner:
     async def finish(self, prep: Prepared, result: ConversionResult) -> None:
         job, t0 = self.job, time.monotonic()
         await self.run.ensure()
-        pr_url = None
+        pr_url, note = None, ""
         offset = header_line_count(result, sha=job.sha, repo=job.repo) if result.kernel else 0
         if result.status == "verified" and result.kernel is not None:
             plan = plan_publication(
@@ -298,12 +296,17 @@ class JobRunner:
                 reference_path=prep.reference_path, entry=prep.entry, kind=prep.kind,
                 init_args=prep.task.init_args, integrated=prep.integrated,
                 check_run_url=self.run.html_url)
-            pr_url = (await Publisher(self.gh).publish(plan)).pr_url
+            published = await Publisher(self.gh).publish(plan)
+            if isinstance(published, LeftAlone):
+                log.info("publication left alone", job=job.id, reason=published.reason)
+                note = f"\n\n{published.reason}"
+            else:
+                pr_url = published.pr_url
         self.timings.add("publish", time.monotonic() - t0)
         await self.run.complete(conclusion(result), check_run_output(result, line_offset=offset))
         if job.trigger.kind == "dashboard":
-            await report_row(self.gh, job, result_update(
+            await report_row(self.gw, job, result_update(
                 job, result, pr_url=pr_url, check_run_url=self.run.html_url))
             return
-        await reply_once(self.gh, job, reply_comment(result, pr_url=pr_url,
-                                                     check_run_url=self.run.html_url))
+        await reply_once(self.gw, job, reply_comment(result, pr_url=pr_url,
+                                                     check_run_url=self.run.html_url) + note)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
 
 with warnings.catch_warnings():
     # libcst's metadata package imports mypy_extensions.TypedDict, which warns on import.
@@ -80,10 +79,10 @@ def is_cuda(path: str, source: str, name: str) -> bool:
         c.name == name for c in discover(source).candidates))
 
 
-async def report_row(gh: Any, job: Job, update: RowUpdate) -> None:
+async def report_row(gw: GitHubGateway, job: Job, update: RowUpdate) -> None:
     """A dashboard-ticked job reports on its row instead of commenting on the issue."""
     if job.trigger.issue_number is not None:
-        await update_rows(GitHubGateway(gh), job.repo, job.trigger.issue_number, (update,))
+        await update_rows(gw, job.repo, job.trigger.issue_number, (update,))
 
 
 def refuse_unexpressible(file: Path, shown: str, name: str) -> None:

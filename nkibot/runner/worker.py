@@ -14,21 +14,26 @@ import contextlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from pydantic import ValidationError
 
 from nkibot.config.settings import Settings
 from nkibot.github.checks import CheckRun, cancelled_on_github, reply_once
+from nkibot.github.gateway import GitHubGateway
 from nkibot.github.render import error_comment, error_output
 from nkibot.jobs.model import Job
-from nkibot.jobs.queue import Lease, Queue
+from nkibot.jobs.queue import DeadLetterSource, Lease, Queue
 from nkibot.jobs.state import JobStateStore
 from nkibot.runner.jobrun import JobRunner, Timings
 
+if TYPE_CHECKING:
+    from githubkit import GitHub
+
 log = structlog.get_logger("nkibot.runner")
-ClientFactory = Callable[[int], Any]
+#: An installation id -> its githubkit client (the runner wraps it in a GitHubGateway).
+ClientFactory = Callable[[int], "GitHub[Any]"]
 #: Job states that mean nobody has told the user how the job ended.
 UNREPORTED = frozenset({None, "queued", "running"})
 #: Short wait before a job deferred for fairness becomes visible again.
@@ -65,6 +70,12 @@ class Runner:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     running: Counter[int] = field(default_factory=Counter)
     completed: list[tuple[str, Timings]] = field(default_factory=list)
+    gateways: dict[int, GitHubGateway] = field(default_factory=dict)
+
+    def gateway(self, installation_id: int) -> GitHubGateway:
+        if installation_id not in self.gateways:
+            self.gateways[installation_id] = GitHubGateway(self.clients(installation_id))
+        return self.gateways[installation_id]
 
     def stop(self) -> None:
         """SIGTERM: finish the current turn, release the job, take no new ones."""
@@ -82,18 +93,17 @@ class Runner:
         job at its next lease. The SQLite queue lists its dead letters, so the next runner
         reports them (SQS's dead-letter queue is watched by an alarm instead).
         """
-        dead_letters = getattr(self.queue, "dead_letters", None)
-        if dead_letters is None:
+        if not isinstance(self.queue, DeadLetterSource):
             return 0
         reported = 0
-        for letter in await asyncio.to_thread(dead_letters):
+        for letter in await asyncio.to_thread(self.queue.dead_letters):
             try:
                 job = Job.model_validate_json(letter.body)
             except ValidationError:
                 continue
             status = await asyncio.to_thread(self.state.status, job.id)
             if status in UNREPORTED:
-                await self._give_up(self.clients(job.installation_id), job,
+                await self._give_up(self.gateway(job.installation_id), job,
                                     f"its runner stopped {letter.attempts} times before it "
                                     f"finished ({letter.reason})", dead=True)
                 reported += 1
@@ -145,23 +155,26 @@ class Runner:
             await asyncio.to_thread(self.queue.ack, lease)
 
     async def _keep_lease(self, lease: Lease) -> None:
-        every = max(0.5, self.settings.lease_seconds / 3)
+        """The heartbeat: a short lease extended while the job runs (a killed runner stops it)."""
         while True:
-            await asyncio.sleep(every)
-            await asyncio.to_thread(self.queue.extend, lease, self.settings.lease_seconds)
+            await asyncio.sleep(self.settings.heartbeat_seconds())
+            try:
+                await asyncio.to_thread(self.queue.extend, lease, self.settings.lease_seconds)
+            except Exception:  # a busy queue or a network blip: the next beat tries again
+                log.warning("lease heartbeat failed", item=lease.item_id, exc_info=True)
 
     async def _attempt(self, lease: Lease, job: Job, core_id: int) -> str:
-        gh = self.clients(job.installation_id)
+        gw = self.gateway(job.installation_id)
         if (await asyncio.to_thread(self.state.is_cancelled, job.id)
-                or await cancelled_on_github(gh, job)):
-            await JobRunner(gh, job, self.settings, core_id=core_id, should_stop=lambda: True,
+                or await cancelled_on_github(gw, job)):
+            await JobRunner(gw, job, self.settings, core_id=core_id, should_stop=lambda: True,
                             releasing=lambda: False).cancelled()
             await asyncio.to_thread(self.state.set_status, job.id, "cancelled")
             return "ack"
         await asyncio.to_thread(self.state.set_status, job.id, "running")
         remote = asyncio.Event()
-        watcher = asyncio.ensure_future(self._watch_cancel(gh, job, remote))
-        runner = JobRunner(gh, job, self.settings, core_id=core_id,
+        watcher = asyncio.ensure_future(self._watch_cancel(gw, job, remote))
+        runner = JobRunner(gw, job, self.settings, core_id=core_id,
                            should_stop=lambda: remote.is_set() or self._should_stop(job.id),
                            releasing=self.stopping.is_set)
         log.info("job started", job=job.id, target=job.target, attempt=lease.attempt,
@@ -169,14 +182,14 @@ class Runner:
         try:
             outcome = await asyncio.wait_for(runner.execute(), self.settings.job_timeout_s)
         except TimeoutError:
-            await self._give_up(gh, job, f"the job ran longer than the per-job limit of "
+            await self._give_up(gw, job, f"the job ran longer than the per-job limit of "
                                 f"{self.settings.job_timeout_s:g} s", dead=False, run=runner.run)
             return "ack"
         except Exception as exc:
             log.exception("job attempt failed", job=job.id, attempt=lease.attempt)
             if lease.attempt < self.settings.max_attempts and not self.stopping.is_set():
                 return "retry"
-            await self._give_up(gh, job, f"it failed {lease.attempt} times; last error: "
+            await self._give_up(gw, job, f"it failed {lease.attempt} times; last error: "
                                 f"{type(exc).__name__}: {exc}", dead=True, run=runner.run)
             return "retry"  # the queue buries it: this was the last attempt
         finally:
@@ -190,27 +203,27 @@ class Runner:
         log.info("job finished", job=job.id, status=status, stages=runner.timings.stages)
         return "ack"
 
-    async def _watch_cancel(self, gh: Any, job: Job, flag: asyncio.Event) -> None:
+    async def _watch_cancel(self, gw: GitHubGateway, job: Job, flag: asyncio.Event) -> None:
         """Poll the job's check run so a cancel made on another host stops this one."""
         every = max(1.0, self.settings.check_run_update_interval_s)
         while not flag.is_set():
             await asyncio.sleep(every)
-            if await cancelled_on_github(gh, job):
+            if await cancelled_on_github(gw, job):
                 flag.set()
 
     def _should_stop(self, job_id: str) -> bool:
         return self.stopping.is_set() or self.state.is_cancelled(job_id)
 
-    async def _give_up(self, gh: Any, job: Job, why: str, *, dead: bool,
+    async def _give_up(self, gw: GitHubGateway, job: Job, why: str, *, dead: bool,
                        run: CheckRun | None = None) -> None:
         """Complete the check run as failed and say why (best effort: GitHub may be down)."""
         message = f"nkibot gave up on this job: {why}"
         hint = ("Comment `/nki retry` to try again." if not dead else
                 "It was moved to the dead-letter queue; comment `/nki retry` to try again.")
-        run = run or CheckRun(gh, job)
+        run = run or CheckRun(gw, job)
         try:
             await run.complete("failure", error_output(job.target, message, hint))
-            await reply_once(gh, job, error_comment(job.target, message, hint=hint,
+            await reply_once(gw, job, error_comment(job.target, message, hint=hint,
                                                     check_run_url=run.html_url))
         except Exception:
             log.exception("could not report the failure on GitHub", job=job.id)

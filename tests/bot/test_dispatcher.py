@@ -93,7 +93,7 @@ class TestConvert:
         await bot.dispatcher.process(lease)
         comments = bot.double.comments_on(REPO, 1)
         assert len(comments) == 1 and "/nki convert" in comments[0]["body"]
-        assert f"<!-- nkibot:{Delivery.decode(lease.body).delivery_id}:help -->" in (
+        assert f"<!-- nkibot:delivery:{Delivery.decode(lease.body).delivery_id}:help -->" in (
             comments[0]["body"])
 
 

@@ -7,6 +7,7 @@ retries. Responses parse with githubkit's own models (see tests/fakes/github_jso
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -76,6 +77,7 @@ class GitHubDouble:
             self.comments: dict[int, dict[str, Any]] = {}
             self.reactions: dict[tuple[int, str, str], int] = {}
             self.faults: list[Fault] = []
+            self.holds: list[tuple[re.Pattern[str], threading.Event]] = []
 
     # --- seeding ------------------------------------------------------------------
     def add_installation(self, installation_id: int, owner: str) -> None:
@@ -137,6 +139,18 @@ class GitHubDouble:
         self.faults.extend(
             Fault(403, {"retry-after": str(retry_after)}, RATE_LIMIT_MESSAGE) for _ in range(n))
 
+    def hold(self, pattern: str) -> threading.Event:
+        """Requests whose path matches wait (up to 20 s) until the returned event is set."""
+        gate = threading.Event()
+        self.holds.append((re.compile(pattern), gate))
+        return gate
+
+    async def _wait_for_holds(self, path: str) -> None:
+        deadline = time.monotonic() + 20
+        for rx, gate in list(self.holds):
+            while rx.search(path) and not gate.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+
     # --- inspection -----------------------------------------------------------------
     def calls_to(self, method: str, pattern: str) -> list[Call]:
         rx = re.compile(pattern)
@@ -191,6 +205,7 @@ class GitHubDouble:
                 body = raw
         query = {k: v[-1] for k, v in parse_qs(request.url.query).items()}
         call = Call(request.method, request.url.path, query, body)
+        await self._wait_for_holds(request.url.path)
         with self._lock:
             self.calls.append(call)
             response = self._fault() or handle(self, request.method, request.url.path, query,

@@ -57,6 +57,8 @@ def handle(d: GitHubDouble, method: str, path: str, query: dict[str, str], body:
             if repo is None or repo.installation_id != installation:
                 return err(404, "Not Found")
         return fn(d, req)
+    # An unrouted request is a gap in the double, not GitHub's answer: fail the test on it.
+    d.errors.append(f"{method} {path}: the GitHub double has no route for it")
     return err(404, "Not Found")
 
 

@@ -7,6 +7,7 @@ import asyncio
 from nkibot.config.settings import Settings
 from nkibot.github.checks import CheckRun, actions_for, reply_once
 from nkibot.github.client import installation_client
+from nkibot.github.gateway import GitHubGateway, check_run_name, hidden_marker
 from nkibot.github.render import check_run_output
 from tests.fakes.github import GitHubDouble
 from tests.github import sample_results as S
@@ -18,7 +19,8 @@ class TestCheckRun:
                                                github_settings: Settings) -> None:
         """120 diagnostics become one completing request and two more updates of <= 50."""
         sha = seed(github_double)
-        run = CheckRun(installation_client(github_settings, INSTALLATION), make_job(sha))
+        gw = GitHubGateway(installation_client(github_settings, INSTALLATION))
+        run = CheckRun(gw, make_job(sha))
         output = check_run_output(S.compile_failed(120), line_offset=9)
         asyncio.run(run.complete("failure", output))
         (stored,) = github_double.check_runs_of(REPO)
@@ -31,7 +33,7 @@ class TestCheckRun:
                                                github_settings: Settings) -> None:
         """A job without a check run id reuses the run an earlier attempt created."""
         sha = seed(github_double)
-        gh = installation_client(github_settings, INSTALLATION)
+        gh = GitHubGateway(installation_client(github_settings, INSTALLATION))
         first = asyncio.run(CheckRun(gh, make_job(sha)).ensure())
         again = asyncio.run(CheckRun(gh, make_job(sha)).ensure())
         assert first == again and len(github_double.check_runs_of(REPO)) == 1
@@ -50,9 +52,26 @@ class TestReply:
                                           github_settings: Settings) -> None:
         """A repeated reply (a restarted job) finds its marker and posts nothing."""
         sha = seed(github_double)
-        gh = installation_client(github_settings, INSTALLATION)
+        gh = GitHubGateway(installation_client(github_settings, INSTALLATION))
         job = make_job(sha)
         assert asyncio.run(reply_once(gh, job, "done"))
         assert not asyncio.run(reply_once(gh, job, "done"))
         (comment,) = github_double.comments_on(REPO, 5)
         assert comment["body"].startswith("done\n\n<!-- nkibot:job:j1 -->")
+
+
+class TestOneScheme:
+    def test_one_name_and_one_marker_scheme(self) -> None:
+        """Check runs are named `nkibot: <target>`; markers are `<!-- nkibot:... -->`."""
+        assert check_run_name("src/a.py::A") == "nkibot: src/a.py::A"
+        assert hidden_marker("job", "j1") == "<!-- nkibot:job:j1 -->"
+
+    def test_the_dispatchers_run_is_the_runners_run(self, github_double: GitHubDouble,
+                                                    github_settings: Settings) -> None:
+        """A run the gateway created under the one name is found by the runner's CheckRun."""
+        sha = seed(github_double)
+        gw = GitHubGateway(installation_client(github_settings, INSTALLATION))
+        job = make_job(sha)
+        made = asyncio.run(gw.create_check_run(REPO, sha, check_run_name(job.target), job.id,
+                                               "queued"))
+        assert asyncio.run(CheckRun(gw, job).ensure()) == made

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from nkibot.config.settings import Settings
 from nkibot.github.client import installation_client
-from nkibot.github.publish import Published, Publisher, PublishPlan, plan_publication, pr_base
+from nkibot.github.publish import (
+    LeftAlone,
+    Published,
+    Publisher,
+    PublishPlan,
+    plan_publication,
+    pr_base,
+)
 from nkibot.jobs.model import Job, Trigger
 from nkibot.results import ConversionResult
 from tests.fakes.github import GitHubDouble
@@ -17,12 +25,12 @@ REPO = "octo/models"
 BRANCH = "nki/src-norm-rmsnorm"
 
 
-def job_for(sha: str, **trigger: Any) -> Job:
+def job_for(sha: str, generation: int = 0, **trigger: Any) -> Job:
     fields: dict[str, Any] = {"kind": "comment", "delivery_id": "d1", "sender": "octocat",
                               "issue_number": 5}
     fields.update(trigger)
     return Job(id="j1", repo=REPO, installation_id=3, target="src/norm.py::RMSNorm", sha=sha,
-               trigger=Trigger(**fields))
+               trigger=Trigger(**fields), generation=generation)
 
 
 def plan(job: Job, result: ConversionResult | None = None, **kw: Any) -> PublishPlan:
@@ -33,7 +41,15 @@ def plan(job: Job, result: ConversionResult | None = None, **kw: Any) -> Publish
 
 def publish(settings: Settings, the_plan: PublishPlan, cls: type[Publisher] = Publisher
             ) -> Published:
-    return asyncio.run(cls(installation_client(settings, 3)).publish(the_plan))
+    out = asyncio.run(cls(installation_client(settings, 3)).publish(the_plan))
+    assert isinstance(out, Published), out
+    return out
+
+
+def left_alone(settings: Settings, the_plan: PublishPlan) -> LeftAlone:
+    out = asyncio.run(Publisher(installation_client(settings, 3)).publish(the_plan))
+    assert isinstance(out, LeftAlone), out
+    return out
 
 
 def seed(double: GitHubDouble) -> str:
@@ -101,10 +117,10 @@ class TestPublish:
 
     def test_conflict_rebuilds_on_the_new_head(self, github_double: GitHubDouble,
                                                github_settings: Settings) -> None:
-        """When the branch moved, the non-forced update fails and the commit is rebuilt."""
+        """When another worker moved the branch, the non-forced update fails and it rebuilds."""
         sha = seed(github_double)
         first = publish(github_settings, plan(job_for(sha)))
-        moved = github_double.commit(REPO, {"notes.txt": "a human commit"}, branch=BRANCH)
+        moved = publish(github_settings, plan(job_for(sha), S.hardware())).commit_sha
 
         class Stale(Publisher):
             """Sees the old head once, as if another writer moved the branch meanwhile."""
@@ -116,30 +132,78 @@ class TestPublish:
                 return first.commit_sha if Stale.calls == 1 else await super()._head(
                     owner, name, branch)
 
-        out = publish(github_settings, plan(job_for(sha), S.hardware()), Stale)
+        third = plan(job_for(sha))
+        third = dataclasses.replace(third, files={**third.files, "NOTES.md": "third\n"})
+        out = publish(github_settings, third, Stale)
         repo = github_double.repo(REPO)
         assert repo.commits[out.commit_sha].parents == [moved]
         assert any(c.status == 422 for c in github_double.calls_to("PATCH", "/git/refs/"))
-        assert "notes.txt" not in github_double.files_at(REPO, BRANCH)  # tree = job SHA + ours
-        assert repo.is_ancestor(moved, out.commit_sha)
 
     def test_existing_pr_is_found_and_updated(self, github_double: GitHubDouble,
                                               github_settings: Settings) -> None:
         """An open PR for the branch (opened earlier) is edited instead of duplicated."""
         sha = seed(github_double)
-        github_double.commit(REPO, {"x.txt": "x"}, branch=BRANCH)
-        github_double.add_pull(REPO, 9, BRANCH, title="old", body="old body")
-        out = publish(github_settings, plan(job_for(sha)))
-        assert out.pr_number == 9 and not out.created
-        assert github_double.repo(REPO).pulls[9].title.startswith("nkibot: Verified")
+        first = publish(github_settings, plan(job_for(sha)))
+        github_double.repo(REPO).pulls[first.pr_number].title = "old"
+        out = publish(github_settings, plan(job_for(sha), S.hardware()))
+        assert out.pr_number == first.pr_number and not out.created
+        assert github_double.repo(REPO).pulls[first.pr_number].title.startswith("nkibot: ")
 
-    def test_retry_on_a_newer_sha_merges_it_in(self, github_double: GitHubDouble,
-                                               github_settings: Settings) -> None:
-        """A retry at a newer base SHA keeps the branch's history and adds the SHA as parent."""
+
+class TestHumanDecisions:
+    def test_moved_base_is_rebased_when_only_nkibot_committed(
+            self, github_double: GitHubDouble, github_settings: Settings) -> None:
+        """A retry on a newer base recreates the one commit on it (a forced, checked update)."""
         sha = seed(github_double)
         first = publish(github_settings, plan(job_for(sha)))
         newer = github_double.commit(REPO, {"src/other.py": "x = 1\n"})
-        out = publish(github_settings, plan(job_for(newer)))
+        out = publish(github_settings, plan(job_for(newer, generation=1)))
         repo = github_double.repo(REPO)
-        assert repo.commits[out.commit_sha].parents == [first.commit_sha, newer]
+        assert repo.commits[out.commit_sha].parents == [newer]
+        assert not repo.is_ancestor(first.commit_sha, out.commit_sha)
         assert "src/other.py" in github_double.files_at(REPO, BRANCH)
+        forced = [c for c in github_double.calls_to("PATCH", "/git/refs/")
+                  if c.body and c.body.get("force")]
+        assert len(forced) == 1 and out.pr_number == first.pr_number
+
+    def test_someone_elses_push_is_left_alone(self, github_double: GitHubDouble,
+                                              github_settings: Settings) -> None:
+        """A retry finds a human commit on the nki/ branch: nothing is written, it says why."""
+        sha = seed(github_double)
+        first = publish(github_settings, plan(job_for(sha)))
+        human = github_double.commit(REPO, {"nki_kernels/norm.py": "# tuned by hand\n"},
+                                     branch=BRANCH, message="hand tuning")
+        body_before = github_double.repo(REPO).pulls[first.pr_number].body
+        writes = len(github_double.calls_to("POST", "/git/commits"))
+        newer = github_double.commit(REPO, {"src/other.py": "x = 1\n"})
+        out = left_alone(github_settings, plan(job_for(newer, generation=1), S.hardware()))
+        repo = github_double.repo(REPO)
+        assert repo.refs[f"heads/{BRANCH}"] == human and "Someone else" in out.reason
+        assert human[:12] in out.reason and "hand tuning" in out.reason
+        assert len(github_double.calls_to("POST", "/git/commits")) == writes
+        assert repo.pulls[first.pr_number].body == body_before
+        assert not github_double.calls_to("PATCH", "/pulls/")
+
+    def test_human_closed_pr_is_not_reopened_by_a_retry(
+            self, github_double: GitHubDouble, github_settings: Settings) -> None:
+        """A retry after a maintainer closed the PR neither reopens it nor opens another."""
+        sha = seed(github_double)
+        first = publish(github_settings, plan(job_for(sha)))
+        repo = github_double.repo(REPO)
+        repo.pulls[first.pr_number].state = "closed"
+        head = repo.refs[f"heads/{BRANCH}"]
+        out = left_alone(github_settings, plan(job_for(sha, generation=1), S.hardware()))
+        assert f"#{first.pr_number}" in out.reason and "/nki convert" in out.reason
+        assert [p.state for p in repo.pulls.values()] == ["closed"]
+        assert repo.refs[f"heads/{BRANCH}"] == head
+
+    def test_new_convert_after_a_close_opens_a_new_pr(
+            self, github_double: GitHubDouble, github_settings: Settings) -> None:
+        """A new `/nki convert` (generation 0) after the close opens a fresh pull request."""
+        sha = seed(github_double)
+        first = publish(github_settings, plan(job_for(sha)))
+        repo = github_double.repo(REPO)
+        repo.pulls[first.pr_number].state = "closed"
+        out = publish(github_settings, plan(job_for(sha), S.hardware()))
+        assert out.created and out.pr_number != first.pr_number
+        assert sorted(p.state for p in repo.pulls.values()) == ["closed", "open"]

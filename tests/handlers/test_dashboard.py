@@ -158,14 +158,12 @@ class TestDecisions:
 
 class TestWiring:
     def test_issues_edited_payload_is_read(self) -> None:
-        """githubkit's `changes.body.from` becomes `body_from` on an `issue_edit`."""
-        from githubkit.webhooks import parse
-
-        from nkibot.handlers.events import summarize
+        """The payload's `changes.body.from` becomes `body_from` on an `issue_edit`."""
+        from nkibot.handlers import read_event
         from tests.fakes.github_fixtures import load_webhook
 
         headers, raw = load_webhook("issues_edited")
-        inc = summarize("issues", headers["x-github-delivery"], parse("issues", raw))
+        inc = read_event("issues", headers["x-github-delivery"], raw)
         assert inc.kind == "issue_edit" and inc.body_from is not None
         assert tick_diff(inc.body_from, inc.issue_body) == (["src/models/norm.py::RMSNorm"], [])
 

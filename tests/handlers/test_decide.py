@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from githubkit.webhooks import parse
 
 from nkibot.config.repo import ConfigError, RepoConfig, parse_repo_config
 from nkibot.handlers.decide import Needs, decide, screen
 from nkibot.handlers.decision import Decision, Facts, Policy
-from nkibot.handlers.events import Incoming, summarize
+from nkibot.handlers.events import Incoming
+from nkibot.handlers.intake import read_event
 from nkibot.jobs.model import Job, JobOptions, Trigger
 from tests.fakes.github_fixtures import TEST_APP_ID, load_webhook
 
@@ -33,7 +33,7 @@ def facts(**kw: object) -> Facts:
 def from_fixture(scenario: str) -> Incoming:
     headers, body = load_webhook(scenario)
     event = headers["x-github-event"]
-    return summarize(event, headers["x-github-delivery"], parse(event, body))
+    return read_event(event, headers["x-github-delivery"], body)
 
 
 def old_job(job_id: str = "j1", target: str = "src/a.py::A", generation: int = 0,

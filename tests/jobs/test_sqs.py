@@ -98,6 +98,24 @@ class TestSqsQueue:
             dead = sqs.dead_letters()
         assert [(d.item_id, d.body) for d in dead] == [("p", b"poison")]
 
+    def test_heartbeat_keeps_a_short_lease_and_its_end_frees_it(self, sqs: SqsQueue) -> None:
+        """ChangeMessageVisibility extends a 2 s lease past its end; once it stops, it lapses."""
+        sqs.put(b"job", "j")
+        lease = sqs.lease(2)
+        assert lease is not None
+        for _ in range(3):  # 3 s of beats on a 2 s lease: never visible meanwhile
+            time.sleep(1)
+            sqs.extend(lease, 2)
+            assert sqs.lease(2) is None
+        # The runner dies: no more beats. The message returns after the last lease's 2 s.
+        stopped = time.monotonic()
+        again = sqs.lease(2)
+        while again is None and time.monotonic() - stopped < 6:
+            time.sleep(0.1)
+            again = sqs.lease(2)
+        assert again is not None and again.attempt == 2
+        assert 1.5 <= time.monotonic() - stopped <= 3.5
+
     def test_oversize_body_is_refused(self, sqs: SqsQueue) -> None:
         """A body SQS cannot carry raises MessageTooLarge instead of failing in boto3."""
         with pytest.raises(MessageTooLarge):
