@@ -131,7 +131,8 @@ _COMMON = ("repository.full_name", "installation.id", "sender.login")
 NEEDED: dict[tuple[str, str], tuple[str, ...]] = {
     ("issue_comment", "created"): ("issue.number", "comment.body"),
     ("issues", "labeled"): ("issue.number", "label.name"),
-    ("issues", "edited"): ("issue.number",),
+    # Without the new body a tick diff would read every box as unticked and cancel jobs.
+    ("issues", "edited"): ("issue.number", "issue.body"),
     ("pull_request", "labeled"): ("pull_request.number", "label.name"),
     ("check_run", "rerequested"): ("check_run.id", "check_run.app.id",
                                    "check_run.external_id", "check_run.head_sha"),
