@@ -162,6 +162,8 @@ class SimBackend:
                              log=f"traced {function} on {compiler}; output shapes {shapes}")
 
     def verify(self, src: str, task: Task, reference: ReferenceSet) -> VerifyResult:
+        if not isinstance(reference, ReferenceSet):
+            raise TypeError("SimBackend.verify needs the ReferenceSet from compute_reference")
         started = time.monotonic()
         static = self._static(src)
         if static:

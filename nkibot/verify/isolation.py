@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from nkibot.config.settings import Settings
 from nkibot.verify import seccomp
 
 Level = Literal["full", "reduced"]
@@ -63,6 +64,27 @@ def configure(policy: SandboxPolicy) -> None:
 
 def policy() -> SandboxPolicy:
     return _policy
+
+
+def policy_from(settings: Settings) -> SandboxPolicy:
+    return SandboxPolicy(bwrap=settings.sandbox_bwrap or None, uid=settings.sandbox_uid,
+                         gid=settings.sandbox_gid,
+                         allow_reduced=settings.allow_reduced_isolation)
+
+
+def configure_from(settings: Settings) -> Isolation:
+    """Configure from Settings at an edge (CLI, runner); returns the isolation in force."""
+    configure(policy_from(settings))
+    return current()
+
+
+def refusal(found: Isolation, allow_reduced: bool) -> str | None:
+    """Why untrusted jobs must not run here, or None when they may."""
+    if found.level == "full" or allow_reduced:
+        return None
+    return ("refusing untrusted jobs: sandbox isolation is reduced ("
+            + "; ".join(found.missing) + "). Fix: " + "; ".join(found.fixes)
+            + ". Or set NKIBOT_ALLOW_REDUCED_ISOLATION=1 to accept the risk.")
 
 
 def current() -> Isolation:

@@ -49,9 +49,10 @@ KERNEL = Confinement(torch=False)
 
 
 def reachable(path: Path, uid: int, gid: int) -> bool:
-    """True when `uid`/`gid` (without supplementary groups) can traverse to `path`."""
+    """True when `uid`/`gid` (no supplementary groups) can reach `path` and read it
+    (list and enter it, for a directory)."""
     current = Path("/")
-    for part in (path.parts[1:] if path.is_absolute() else path.parts):
+    for part in path.parts[1:]:
         try:
             info = current.stat()
         except OSError:
@@ -59,7 +60,12 @@ def reachable(path: Path, uid: int, gid: int) -> bool:
         if stat.S_ISDIR(info.st_mode) and not _may(info, uid, gid, stat.S_IXUSR):
             return False
         current = current / part
-    return True
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    need = [stat.S_IRUSR] + ([stat.S_IXUSR] if stat.S_ISDIR(info.st_mode) else [])
+    return all(_may(info, uid, gid, bit) for bit in need)
 
 
 def _may(info: os.stat_result, uid: int, gid: int, user_bit: int) -> bool:
