@@ -194,7 +194,8 @@ def _full(argv: list[str], env: dict[str, str], scratch: Path, confinement: Conf
         for path in (scratch, *confinement.writable):
             os.chown(path, uid, gid)
         policy.stage_root.mkdir(mode=0o755, parents=True, exist_ok=True)
-    plan = view.Plan(uid, gid, policy.stage_root if switch else None)
+    plan = view.Plan(uid, gid, policy.stage_root if switch else None,
+                     scratch / ".inputs" if switch else None)
     view.build(plan, confinement, scratch)
     for _, stage in plan.staged:
         stage.mkdir(mode=0o755, exist_ok=True)

@@ -11,11 +11,15 @@ tmpfs holding only an allow-list of entries (NumPy, ml_dtypes, nkibot).
 When the runner is root and the child runs as another uid, paths the child's uid cannot
 traverse (a Python install under /root, mode 0700) are "staged": bind-mounted, in a
 private mount namespace of the launcher, onto directories the sandbox uid can reach.
+A readable input that is itself closed to that uid (a 0700 temporary directory holding
+the user's module) is copied into the run's scratch instead (no .git, files up to
+16 MiB, 256 MiB in all) and the copy is shown read-only at the original path.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import stat
 import sys
@@ -27,6 +31,7 @@ import nkibot
 ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group",
              "/etc/nsswitch.conf")
 TOP_LINKS = ("/bin", "/lib", "/lib64", "/sbin", "/lib32", "/libx32")
+COPY_FILE_MB, COPY_TOTAL_MB = 16, 256
 #: site-packages entries a torch-free child keeps (everything the kernel side imports).
 KERNEL_SITE_ENTRIES = ("numpy", "numpy.libs", "ml_dtypes", "nkibot", "_distutils_hack")
 
@@ -64,6 +69,10 @@ def reachable(path: Path, uid: int, gid: int) -> bool:
         info = path.stat()
     except OSError:
         return False
+    return _opens(info, uid, gid)
+
+
+def _opens(info: os.stat_result, uid: int, gid: int) -> bool:
     need = [stat.S_IRUSR] + ([stat.S_IXUSR] if stat.S_ISDIR(info.st_mode) else [])
     return all(_may(info, uid, gid, bit) for bit in need)
 
@@ -83,6 +92,7 @@ class Plan:
     uid: int
     gid: int
     stage_root: Path | None
+    copies: Path | None = None  # where closed readable inputs are copied (in the scratch)
     args: list[str] = field(default_factory=list)
     staged: list[tuple[Path, Path]] = field(default_factory=list)
 
@@ -100,7 +110,39 @@ class Plan:
     def bind(self, path: Path, *, writable: bool = False) -> None:
         if not path.exists():
             return
-        self.args += ["--bind" if writable else "--ro-bind", str(self.source(path)), str(path)]
+        source = self.source(path)
+        if not writable and self.copies is not None and not _opens(path.stat(), self.uid,
+                                                                   self.gid):
+            source = copy_readable(path, self.copies / f"c{len(self.args)}")
+        self.args += ["--bind" if writable else "--ro-bind", str(source), str(path)]
+
+
+def copy_readable(path: Path, target: Path) -> Path:
+    """A world-readable copy of `path` (see the module docstring for what is left out)."""
+    if path.is_file():
+        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        target.chmod(0o644)
+        return target
+    budget = [COPY_TOTAL_MB * 1024 * 1024]
+
+    def skip(directory: str, names: list[str]) -> list[str]:
+        left = []
+        for name in names:
+            full = os.path.join(directory, name)
+            size = 0 if os.path.isdir(full) else os.path.getsize(full)
+            if name == ".git" or os.path.islink(full) or size > COPY_FILE_MB * 1024 * 1024 \
+                    or size > budget[0]:
+                left.append(name)
+            budget[0] -= size
+        return left
+
+    shutil.copytree(path, target, ignore=skip)
+    for root, dirs, files in os.walk(target):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    return target
 
 
 def python_roots() -> list[Path]:
