@@ -89,8 +89,9 @@ def relu_ref(relu_task: Task, full_isolation: isolation.Isolation
         yield ref
 
 
-def verify(src: str, task: Task, reference: ReferenceSet, **kw: Any) -> VerifyResult:
-    backend = SimBackend(skip_static=True, function="relu_kernel", **kw)
+def verify(src: str, task: Task, reference: ReferenceSet, function: str = "relu_kernel",
+           **kw: Any) -> VerifyResult:
+    backend = SimBackend(skip_static=True, function=function, **kw)
     return backend.verify(src, task, reference)
 
 
