@@ -11,7 +11,6 @@ never an exception. Figures from here are never latencies.
 
 from __future__ import annotations
 
-import glob
 import tempfile
 import time
 from collections.abc import Callable
@@ -110,7 +109,7 @@ class SimBackend:
         if self.device == "neuron":
             # The Neuron compiler runs programs and the runtime needs the devices.
             return Confinement(readable=readable, writable=(out_dir,), processes=True,
-                               devices=tuple(sorted(glob.glob("/dev/neuron*"))))
+                               devices=tuple(sorted(str(d) for d in Path("/dev").glob("neuron*"))))
         return Confinement(readable=readable, writable=(out_dir,), torch=False)
 
     def _run(self, src: str, function: str, request: dict[str, Any], timeout_s: float,

@@ -18,8 +18,8 @@ from nkibot.convert.discovery import TargetError, discover, triton_launcher
 from nkibot.jobs.model import ShapeOverride
 from nkibot.task import Dtype, InputSpec, Task, Tolerance, default_tolerances
 from nkibot.verify.client import run_harness
-from nkibot.verify.sandbox import Confinement
 from nkibot.verify.reference import harness_env, reference_path
+from nkibot.verify.sandbox import Confinement
 
 DTYPES: frozenset[str] = frozenset(get_args(Dtype))
 

@@ -24,7 +24,6 @@ def runner(
     from nkibot.jobs.factory import open_job_state, open_queue
     from nkibot.logging import configure
     from nkibot.runner.worker import Runner, worker_count
-
     from nkibot.verify.isolation import configure_from, refusal
 
     settings = Settings()

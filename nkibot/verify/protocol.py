@@ -221,7 +221,7 @@ def read_outputs(directory: Path, trials: int) -> dict[tuple[int, int], np.ndarr
     says raises BadArrayFile: the verdict is then the parent's "unreadable output".
     """
     found: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
-    for entry in sorted(os.listdir(directory)):
+    for entry in sorted(p.name for p in directory.iterdir()):
         match = _OUTPUT.fullmatch(entry)
         if match is None:
             continue

@@ -22,6 +22,7 @@ import secrets
 import shutil
 import tempfile
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -122,7 +123,7 @@ def reference_path(task: Task, scratch: Path) -> Path:
     return path
 
 
-def overflow_x(dtypes: list[str]) -> float:
+def overflow_x(dtypes: Sequence[str]) -> float:
     """The smallest x at which exp(x) overflows among the float input dtypes."""
     found = [math.log(float(np.finfo(NUMPY_DTYPES[d]).max)) for d in dtypes
              if is_float(d) and d in NUMPY_DTYPES and d != "float64"]
@@ -195,7 +196,7 @@ def _seal(*roots: Path) -> None:
     for root in roots:
         for path in (root, *root.rglob("*")):
             os.chown(path, 0, 0, follow_symlinks=False)
-    os.chmod(roots[-1], 0o700)  # expected outputs: the parent's alone
+    roots[-1].chmod(0o700)  # expected outputs: the parent's alone
 
 
 def _own(directory: Path, name: str, claimed: dict[str, Any]) -> ArrayFile:

@@ -64,7 +64,7 @@ def observe(reference: ReferenceSet, names: list[str], run_child: RunChild,
     if not outputs or first.response is None:
         return Observed(first, run, unreadable)
     run.inputs_modified = _modified(reference, first_dir, len(outputs), names)
-    second = run_child({**base, "order": shuffled(count)}, second_dir)
+    run_child({**base, "order": shuffled(count)}, second_dir)  # judged by its files alone
     again = _outputs(second_dir, count, [])
     run.deterministic = len(again) == len(outputs) and all(
         _same(a, b) for a, b in zip(outputs, again, strict=True))

@@ -119,8 +119,8 @@ class Plan:
 
 def copy_readable(path: Path, target: Path) -> Path:
     """A world-readable copy of `path` (see the module docstring for what is left out)."""
+    target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     if path.is_file():
-        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         shutil.copyfile(path, target)
         target.chmod(0o644)
         return target
@@ -129,19 +129,18 @@ def copy_readable(path: Path, target: Path) -> Path:
     def skip(directory: str, names: list[str]) -> list[str]:
         left = []
         for name in names:
-            full = os.path.join(directory, name)
-            size = 0 if os.path.isdir(full) else os.path.getsize(full)
-            if name == ".git" or os.path.islink(full) or size > COPY_FILE_MB * 1024 * 1024 \
-                    or size > budget[0]:
+            full = Path(directory) / name
+            size = 0 if full.is_dir() else full.lstat().st_size
+            if name == ".git" or full.is_symlink() or size > min(
+                    COPY_FILE_MB * 1024 * 1024, budget[0]):
                 left.append(name)
             budget[0] -= size
         return left
 
     shutil.copytree(path, target, ignore=skip)
-    for root, dirs, files in os.walk(target):
-        os.chmod(root, 0o755)
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o644)
+    for entry in [target, *target.rglob("*")]:
+        # The copy must be readable by the sandbox uid; it holds nothing but the inputs.
+        entry.chmod(0o755 if entry.is_dir() else 0o644)
     return target
 
 
@@ -163,14 +162,14 @@ def nkibot_dir() -> Path:
 def build(plan: Plan, confinement: Confinement, scratch: Path) -> None:
     """Fill `plan.args` with the whole mount view for one child."""
     plan.args += ["--ro-bind", "/usr", "/usr"]
-    for top in TOP_LINKS:
-        if os.path.islink(top):
-            plan.args += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            plan.args += ["--ro-bind", top, top]
-    for name in ETC_FILES:
-        if os.path.exists(name):
-            plan.args += ["--ro-bind", name, name]
+    for top in map(Path, TOP_LINKS):
+        if top.is_symlink():
+            plan.args += ["--symlink", str(top.readlink()), str(top)]
+        elif top.is_dir():
+            plan.args += ["--ro-bind", str(top), str(top)]
+    for name in map(Path, ETC_FILES):
+        if name.exists():
+            plan.args += ["--ro-bind", str(name), str(name)]
     for root in python_roots():
         plan.bind(root)
     if not confinement.torch:

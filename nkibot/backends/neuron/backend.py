@@ -10,7 +10,6 @@ simulator's. Building commands and reading replies are pure functions below.
 
 from __future__ import annotations
 
-import glob
 import json
 import sys
 import tempfile
@@ -53,7 +52,7 @@ def device_confinement(workdir: Path) -> Confinement:
     """The compiler runs programs (processes), reads the SDK and uses the Neuron devices."""
     sdk = tuple(p for p in (Path("/opt/aws/neuron"),) if p.exists())
     return Confinement(readable=sdk, writable=(workdir,), processes=True,
-                       devices=tuple(sorted(glob.glob("/dev/neuron*"))))
+                       devices=tuple(sorted(str(d) for d in Path("/dev").glob("neuron*"))))
 
 
 @dataclass(frozen=True)

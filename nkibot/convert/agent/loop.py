@@ -30,6 +30,7 @@ from nkibot.results import (
     VerifyResult,
 )
 from nkibot.task import Task
+from nkibot.verify.reference import ReferenceSet
 
 log = structlog.get_logger(__name__)
 
@@ -188,7 +189,7 @@ async def run_loop(
     *,
     router: Router,
     backend: KernelBackend,
-    reference: object,
+    reference: ReferenceSet,
     settings: Settings,
     on_turn: Callable[[TurnRecord], None] | None = None,
     should_stop: Callable[[], bool] | None = None,

@@ -29,6 +29,7 @@ from nkibot.verify.protocol import (
     to_kernel_dtype,
 )
 
+
 def _import_kernel(src: str, function: str, filename: str) -> Any:
     # Registered in linecache so tracebacks and inspect.getsource see the source.
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)

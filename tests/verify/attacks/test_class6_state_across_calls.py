@@ -36,7 +36,8 @@ def test_state_that_differs_per_process_is_nondeterminism(relu_task: Task,
                                                           relu_ref: ReferenceSet) -> None:
     """A per-process secret (drawn at import) kept in module state changes the outputs
     a little from one process to the next: the second fresh run disagrees."""
-    attack = ("import os\nSTATE = {'eps': (int.from_bytes(os.urandom(8), 'big') % 10**6 + 1) * 1e-12}\n"
+    attack = ("import os\n"
+              "STATE = {'eps': (int.from_bytes(os.urandom(8), 'big') % 10**6 + 1) * 1e-12}\n"
               + RELU.replace("value=nl.relu(tile)", "value=nl.add(nl.relu(tile), "
                              "STATE['eps'])"))
     result = verify(attack, relu_task, relu_ref)

@@ -36,8 +36,8 @@ def test_huge_output_is_capped_in_the_parent(full_isolation: object) -> None:
 def test_kernel_printing_256_mib_still_gets_a_verdict(relu_task: Task,
                                                       relu_ref: ReferenceSet) -> None:
     """The kernel's prints do not reach the verdict; the honest output still verifies."""
-    attack = RELU.replace("    return out\n", "    import sys\n    sys.stderr.write('y' * (64 << 20))\n"
-                          "    return out\n")
+    attack = RELU.replace("    return out\n", "    import sys\n"
+                          "    sys.stderr.write('y' * (256 << 20))\n    return out\n")
     result = verify(attack, relu_task, relu_ref)
     assert result.passed, result.reasons
     assert len(result.log) < 1000
@@ -125,9 +125,9 @@ report()
 
 def test_verifier_code_is_read_only(relu_task: Task, relu_ref: ReferenceSet) -> None:
     """nkibot, NumPy and the interpreter's own library are read-only to the kernel."""
-    import numpy
-
     import os
+
+    import numpy
 
     targets = {"nkibot": Path(nkibot.__file__).parent / "verify" / "judge.py",
                "numpy": Path(numpy.__file__), "stdlib": Path(os.__file__)}
