@@ -1,4 +1,4 @@
-"""`nkibot` command line: convert | verify | serve | dispatch | replay | runner | doctor | sim.
+"""`nkibot` commands: convert | verify | serve | dispatch | replay | runner | doctor | sim | mcp.
 
 Each command lives beside the code it drives; this module only joins them. Keep
 heavy imports (torch, the simulator, FastAPI) inside the command functions so that
@@ -45,6 +45,9 @@ app.command("doctor")(doctor)
 from nkibot.sim.cli import app as sim_app  # noqa: E402
 
 app.add_typer(sim_app, name="sim")
+from nkibot.mcp.cli import mcp  # noqa: E402
+
+app.command("mcp")(mcp)
 
 
 def main() -> None:

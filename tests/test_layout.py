@@ -113,7 +113,7 @@ class TestLayout:
         assert len({a.source for a in ALL_ARROWS}) > 80
 
     @pytest.mark.parametrize("package", ["sim", "handlers", "verify", "github", "bot", "runner",
-                                         "convert", "backends", "config", "jobs"])
+                                         "convert", "backends", "config", "jobs", "mcp"])
     def test_no_forbidden_arrow(self, package: str) -> None:
         """No arrow from the 'never' list leaves this package."""
         bad = [f"{a}  ({why})" for a in ALL_ARROWS

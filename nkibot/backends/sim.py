@@ -14,15 +14,18 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
 from nkibot.task import Task, describe_kernel_args
 from nkibot.verify.client import HarnessReply, run_harness
 from nkibot.verify.guards import jit_functions, static_findings
 from nkibot.verify.judge import judge
-from nkibot.verify.protocol import BadArrayFile, read_outputs
+from nkibot.verify.protocol import BadArrayFile, read_outputs, save_array
 from nkibot.verify.reference import ReferenceSet
 from nkibot.verify.sandbox import Confinement, SandboxOutcome, run_sandboxed
 from nkibot.verify.trials import Observed, observe
@@ -72,6 +75,17 @@ def error_diagnostic(error: dict[str, Any], kernel_file: str) -> Diagnostic:
                       message=f"{error.get('type', 'Error')}: {first[0]}"[:500],
                       file=shown, line=line if isinstance(line, int) else None,
                       fix=fix if isinstance(fix, str) else None)
+
+
+@dataclass
+class SimRun:
+    """One simulator run of a kernel on given inputs (`error` set when it did not finish)."""
+
+    outputs: list[np.ndarray[Any, Any]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    simulator: str = ""
+    error: str | None = None
+    line: int | None = None
 
 
 class SimBackend:
@@ -209,6 +223,38 @@ class SimBackend:
         log = f"{ran_on}; {len(run.outputs)}/{len(reference.trials)} trials ran"
         return VerifyResult(passed=passed, trials=verdict.trials, reasons=reasons,
                             diagnostics=diagnostics, log=log)
+
+    def simulate(self, src: str, arrays: list[np.ndarray[Any, Any]], names: list[str],
+                 *, timeout_s: float = 120.0) -> SimRun:
+        """Run the kernel once on `arrays` in the sandbox; the outputs as the parent read them."""
+        try:
+            function = resolve_function(src, self.function)
+        except KernelSourceError as exc:
+            return SimRun(error=str(exc))
+        static = self._static(src)
+        if static:
+            return SimRun(error="; ".join(d.message for d in static))
+        with tempfile.TemporaryDirectory(prefix="nkibot-simulate-") as tmp:
+            inputs_dir, out_dir = Path(tmp) / "inputs", Path(tmp) / "out"
+            inputs_dir.mkdir()
+            out_dir.mkdir()
+            inputs = [save_array(inputs_dir / f"in{i}.npy", a) for i, a in enumerate(arrays)]
+            request = {"trials": [{"index": 0, "inputs": inputs}], "state": []}
+            reply = self._run(src, function, request, timeout_s, out_dir, (inputs_dir,))
+            response = reply.response
+            if response is None:
+                return SimRun(error=sandbox_reason(reply))
+            if isinstance(response.get("error"), dict):
+                diag = error_diagnostic(response["error"], self.kernel_file)
+                return SimRun(error=f"{diag.rule}: {diag.message}", line=diag.line,
+                              simulator=str(response.get("simulator") or ""))
+            try:
+                found = read_outputs(out_dir, 1)
+            except (BadArrayFile, OSError) as exc:
+                return SimRun(error=f"kernel:unreadable-output {exc}")
+        outputs = [found[key] for key in sorted(found)]
+        return SimRun(outputs=outputs, stats=dict(response.get("stats") or {}),
+                      simulator=str(response.get("simulator") or ""))
 
     def profile(self, src: str, task: Task) -> ProfileResult:
         try:

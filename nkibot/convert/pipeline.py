@@ -19,8 +19,7 @@ from nkibot.config.settings import Settings
 from nkibot.convert.agent.loop import LoopOutcome, run_loop
 from nkibot.convert.agent.prompts import kernel_function_name, snake_case
 from nkibot.convert.agent.tools import kernel_function
-from nkibot.convert.models.base import ModelBackend
-from nkibot.convert.models.router import Router, RouterError, build_router
+from nkibot.convert.models.router import Router, RouterError, make_router
 from nkibot.results import (
     ConversionResult,
     KernelArg,
@@ -38,39 +37,6 @@ def kernel_path(task: Task) -> str:
     """Where the kernel file goes, relative to the output directory or repository."""
     stem = re.sub(r"\W+", "_", Path(task.source_path).stem).strip("_") or "module"
     return f"nki_kernels/{stem}_{snake_case(task.entry_point)}_nki.py"
-
-
-def _lowering() -> ModelBackend | None:
-    try:
-        from nkibot.convert.models.lowering import LoweringBackend
-    except ImportError:
-        return None
-    backend: ModelBackend = LoweringBackend()
-    return backend
-
-
-def _claude(settings: Settings) -> ModelBackend:
-    from nkibot.convert.models.anthropic import AnthropicBackend
-
-    return AnthropicBackend(settings)
-
-
-def _bedrock(settings: Settings) -> ModelBackend:
-    from nkibot.convert.models.bedrock import BedrockBackend
-
-    return BedrockBackend(settings)
-
-
-def make_router(model: str, settings: Settings, bedrock_available: bool | None) -> Router:
-    if bedrock_available is None:
-        needs_check = model == "bedrock" or (
-            model == "auto" and settings.anthropic_api_key is None)
-        if needs_check:
-            from nkibot.convert.models.bedrock import bedrock_available as detect
-
-            bedrock_available = detect(settings)
-    return build_router(model, settings=settings, bedrock_available=bool(bedrock_available),
-                        lowering=_lowering, claude=_claude, bedrock=_bedrock)
 
 
 def _failed(task: Task, target: str, started: float, reason: str, *, backend: str = "none",

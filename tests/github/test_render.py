@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,18 +9,13 @@ import pytest
 from nkibot.github import render
 from nkibot.github.charts import convergence_chart, latency_chart
 from tests.github import sample_results as S
+from tests.snapshots import assert_snapshot
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 
 
 def snapshot(name: str, text: str) -> None:
-    """Compare with tests/github/snapshots/<name>; NKIBOT_UPDATE_SNAPSHOTS=1 rewrites it."""
-    path = SNAPSHOTS / name
-    if os.environ.get("NKIBOT_UPDATE_SNAPSHOTS") == "1":
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    assert path.exists(), f"missing snapshot {name}; run with NKIBOT_UPDATE_SNAPSHOTS=1"
-    assert text == path.read_text(encoding="utf-8")
+    assert_snapshot(SNAPSHOTS, name, text)
 
 
 class TestSnapshots:

@@ -18,38 +18,6 @@ from nkibot.task import Task
 from nkibot.verify.guards import jit_functions
 from nkibot.verify.reference import ReferenceSet
 
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    input_schema: dict[str, object]
-
-
-def _code_schema(what: str) -> dict[str, object]:
-    return {
-        "type": "object",
-        "properties": {"code": {"type": "string", "description": what}},
-        "required": ["code"],
-    }
-
-
-TOOL_SPECS: tuple[ToolSpec, ...] = (
-    ToolSpec("compile_kernel",
-             "Compile an NKI kernel file and report errors with their kernel lines and fixes.",
-             _code_schema("the complete kernel file (imports and the @nki.jit function)")),
-    ToolSpec("verify_kernel",
-             "Compile the kernel, then run it against the PyTorch reference over several "
-             "random trials with anti-cheat guards; reports per-trial error statistics.",
-             _code_schema("the complete kernel file (imports and the @nki.jit function)")),
-    ToolSpec("lookup_nki",
-             "Look up a section of the NKI guide: tiling, matmul with PSUM, reductions, "
-             "activations, dtypes, common errors.",
-             {"type": "object",
-              "properties": {"topic": {"type": "string", "description": "what to look up"}},
-              "required": ["topic"]}),
-)
-
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 

@@ -13,8 +13,7 @@ from anthropic.types import Message as ApiMessage
 from anthropic.types import MessageParam, TextBlockParam, ToolParam
 
 from nkibot.config.settings import Settings
-from nkibot.convert.agent.tools import TOOL_SPECS
-from nkibot.convert.models.base import Conversation, Message, ModelReply, ToolCall
+from nkibot.convert.models.base import TOOL_SPECS, Conversation, Message, ModelReply, ToolCall
 from nkibot.results import TokenUsage
 
 DEFAULT_MAX_OUTPUT_TOKENS = 8192

@@ -12,8 +12,7 @@ from typing import Any, Protocol, cast
 import boto3
 
 from nkibot.config.settings import Settings
-from nkibot.convert.agent.tools import TOOL_SPECS
-from nkibot.convert.models.base import Conversation, Message, ModelReply, ToolCall
+from nkibot.convert.models.base import TOOL_SPECS, Conversation, Message, ModelReply, ToolCall
 from nkibot.results import TokenUsage
 
 DEFAULT_MAX_OUTPUT_TOKENS = 8192

@@ -140,3 +140,37 @@ def build_router(
         raise RouterError(f"no model backend available: {NO_CREDENTIALS}, and no lowering")
     unavailable = None if (has_key or bedrock_available) else NO_CREDENTIALS
     return Router(chain, unavailable=unavailable)
+
+
+def _lowering() -> ModelBackend | None:
+    try:
+        from nkibot.convert.models.lowering import LoweringBackend
+    except ImportError:
+        return None
+    backend: ModelBackend = LoweringBackend()
+    return backend
+
+
+def _claude(settings: Settings) -> ModelBackend:
+    from nkibot.convert.models.anthropic import AnthropicBackend
+
+    return AnthropicBackend(settings)
+
+
+def _bedrock(settings: Settings) -> ModelBackend:
+    from nkibot.convert.models.bedrock import BedrockBackend
+
+    return BedrockBackend(settings)
+
+
+def make_router(model: str, settings: Settings, bedrock_available: bool | None) -> Router:
+    """The router for `--model`, with the real backends (SDK clients built only when chosen)."""
+    if bedrock_available is None:
+        needs_check = model == "bedrock" or (
+            model == "auto" and settings.anthropic_api_key is None)
+        if needs_check:
+            from nkibot.convert.models.bedrock import bedrock_available as detect
+
+            bedrock_available = detect(settings)
+    return build_router(model, settings=settings, bedrock_available=bool(bedrock_available),
+                        lowering=_lowering, claude=_claude, bedrock=_bedrock)

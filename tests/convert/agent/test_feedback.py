@@ -12,6 +12,7 @@ from nkibot.results import (
     VerifyResult,
     WorstElement,
 )
+from tests import snapshots
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
@@ -27,12 +28,7 @@ def k(x):
 
 
 def assert_snapshot(name: str, text: str) -> None:
-    """Compare with tests/convert/agent/snapshots/<name>; a mismatch writes <name>.new."""
-    path = SNAPSHOTS / name
-    expected = path.read_text(encoding="utf-8") if path.exists() else None
-    if expected != text:
-        path.with_suffix(path.suffix + ".new").write_text(text, encoding="utf-8")
-    assert expected == text, f"snapshot {name} differs; see {name}.new"
+    snapshots.assert_snapshot(SNAPSHOTS, name, text)
 
 
 def _trial(i: int, passed: bool, label: str = "normal", **kw: object) -> TrialStats:

@@ -1,0 +1,1 @@
+"""`nkibot mcp`: the conversion, verification and simulator tools for coding agents (MCP)."""
