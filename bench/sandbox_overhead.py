@@ -41,7 +41,7 @@ def main() -> None:
     if checkout is not None:
         runs["old sandbox"] = _old(checkout)
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for name, run in runs.items():  # warm caches and the isolation probe
+    for run in runs.values():  # warm caches and the isolation probe
         run()
     for _ in range(rounds):
         for name, run in runs.items():
