@@ -214,7 +214,8 @@ class BadArrayFile(ValueError):
     """A file a child wrote is not a plain array of the dtype its name says."""
 
 
-def read_outputs(directory: Path, trials: int) -> dict[tuple[int, int], np.ndarray[Any, Any]]:
+def read_outputs(directory: Path, trials: int, max_bytes: int | None = None
+                 ) -> dict[tuple[int, int], np.ndarray[Any, Any]]:
     """Every well-named output file in `directory` (trial < `trials`), checked and loaded.
 
     A name given twice (two dtypes for one output) or a file that is not what its name
@@ -230,19 +231,25 @@ def read_outputs(directory: Path, trials: int) -> dict[tuple[int, int], np.ndarr
             continue
         if (trial, output) in found:
             raise BadArrayFile(f"trial {trial} output {output} was written twice")
-        found[(trial, output)] = read_plain(directory / entry, dtype)
+        found[(trial, output)] = read_plain(directory / entry, dtype, max_bytes=max_bytes)
     return found
 
 
-def read_plain(path: Path, dtype: str, shape: list[int] | None = None) -> np.ndarray[Any, Any]:
-    """Load a `.npy` a child wrote: a regular file (no links), no pickles, exact dtype."""
+def read_plain(path: Path, dtype: str, shape: list[int] | None = None, *,
+               max_bytes: int | None = None) -> np.ndarray[Any, Any]:
+    """Load a `.npy` a child wrote: a regular file (no links), no pickles, exact dtype,
+    and no larger than `max_bytes` (a child cannot make the parent read gigabytes)."""
     if dtype not in NUMPY_DTYPES:
         raise BadArrayFile(f"{path.name}: unknown dtype {dtype!r}")
     storage = np.dtype(_BITS[dtype]) if dtype in _BITS else NUMPY_DTYPES[dtype]
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
             raise BadArrayFile(f"{path.name} is not a regular file")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise BadArrayFile(f"{path.name} is {info.st_size} bytes, more than any output "
+                               f"of this task could be ({max_bytes})")
         try:
             data = np.load(handle, allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:

@@ -12,6 +12,7 @@ difference between the runs. The parent then decides every guard on its own data
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,22 +60,32 @@ def observe(reference: ReferenceSet, names: list[str], run_child: RunChild,
     second_dir.mkdir()
     first = run_child({**base, "order": shuffled(count)}, first_dir)
     unreadable: list[str] = []
-    outputs = _outputs(first_dir, count, unreadable)
-    run = KernelRun(outputs=outputs, arg_names=names)
-    if not outputs or first.response is None:
+    limit = _max_bytes(reference)
+    outputs = _outputs(first_dir, count, unreadable, limit)
+    run = KernelRun(outputs=outputs, arg_names=names,
+                    inputs_modified=_modified(reference, first_dir, len(outputs), names))
+    if len(outputs) < count or first.response is None or first.response.get("error"):
+        # Already a failure: a second run would only cost time (and for a kernel that
+        # times out, a second time-out).
         return Observed(first, run, unreadable)
-    run.inputs_modified = _modified(reference, first_dir, len(outputs), names)
     run_child({**base, "order": shuffled(count)}, second_dir)  # judged by its files alone
-    again = _outputs(second_dir, count, [])
+    again = _outputs(second_dir, count, [], limit)
     run.deterministic = len(again) == len(outputs) and all(
         _same(a, b) for a, b in zip(outputs, again, strict=True))
     return Observed(first, run, unreadable)
 
 
-def _outputs(directory: Path, count: int, unreadable: list[str]) -> list[Arrays]:
+def _max_bytes(reference: ReferenceSet) -> int:
+    """The most bytes an output file may have: the largest expected output at 8 bytes per
+    element (a float64 answer), plus room for the header."""
+    sizes = [math.prod(d["shape"]) for t in reference.trials for d in t.expected]
+    return 8 * max(sizes, default=0) + 4096
+
+
+def _outputs(directory: Path, count: int, unreadable: list[str], limit: int) -> list[Arrays]:
     """Outputs of trials 0.. up to the first trial without any (a prefix, as judge wants)."""
     try:
-        found = read_outputs(directory, count)
+        found = read_outputs(directory, count, limit)
     except (BadArrayFile, OSError) as exc:
         unreadable.append(str(exc))
         return []

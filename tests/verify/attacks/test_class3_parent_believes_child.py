@@ -74,3 +74,20 @@ def test_guards_claimed_by_the_child_are_not_believed(
     result = verify(attack, relu_task, relu_ref)
     assert not result.passed
     assert any(r.startswith("guard:inputs-modified x") for r in result.reasons), result.reasons
+
+
+def test_output_files_are_read_as_plain_arrays_only(relu_task: Task,
+                                                    relu_ref: ReferenceSet) -> None:
+    """Outputs planted by the kernel itself, a symlink (to a file only root may read) and
+    a broken header, are refused: the parent never follows links nor trusts a header."""
+    attack = RELU.replace("    return out\n", '''    import glob, os
+    for directory in glob.glob("/tmp/nkibot-verify-*/first"):
+        os.symlink("/etc/shadow", os.path.join(directory, "t0_o0.float32.npy"))
+        with open(os.path.join(directory, "t1_o0.float32.npy"), "wb") as handle:
+            handle.write(b"\\x93NUMPY" + bytes(200))
+    return out
+''')
+    result = verify(attack, relu_task, relu_ref)
+    assert not result.passed
+    assert any(r.startswith("kernel:unreadable-output") for r in result.reasons) or any(
+        r.startswith("kernel:error") for r in result.reasons), result.reasons
