@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 
 from nkibot.sim import activate
 
-CONFORMANCE = Path(__file__).resolve().parent.parent / "tests" / "runner" / "sim" / \
+CONFORMANCE = Path(__file__).resolve().parent.parent / "tests" / "sim" / \
     "conformance_kernels.py"
 
 

@@ -16,6 +16,7 @@ import typer
 
 from nkibot.backends.neuron import devices
 from nkibot.backends.neuron.devices import NeuronDevice
+from nkibot.config.platform import describe_platform, resolve_platform
 from nkibot.config.settings import Settings
 from nkibot.verify.isolation import Isolation
 
@@ -58,6 +59,8 @@ class Probes:
     aws_credentials: Callable[[], bool] = _aws_credentials
     isolation: Callable[[Settings], Isolation] = _isolation
     python: str = field(default_factory=platform.python_version)
+    #: The Trainium generation of this host's device (None: no device).
+    generation: Callable[[], str | None] = devices.device_generation
 
 
 def check_sdk(versions: dict[str, str | None], official: bool, role: Role) -> Check:
@@ -138,6 +141,18 @@ def check_sandbox(found: Isolation, role: Role, allow_reduced: bool) -> Check:
     return Check("sandbox", "fail" if refused else "warn", detail, "; ".join(found.fixes))
 
 
+def check_generation(settings: Settings, device: str | None) -> Check:
+    """Which generation kernels are checked for here, and why (repo config may override)."""
+    chosen = resolve_platform(None, settings.target, device)
+    why = ("NKIBOT_TARGET" if settings.target else f"this host's {device} device" if device
+           else "no device: nkibot's reference runner")
+    detail = f"{describe_platform(chosen)} ({why}; a repo's `target:` overrides it)"
+    if device and chosen != device and settings.backend == "neuron":
+        return Check("trainium generation", "warn", detail + f", but the device is a {device}",
+                     f"unset NKIBOT_TARGET or run this runner on a {chosen} instance")
+    return Check("trainium generation", "ok", detail)
+
+
 def run_checks(settings: Settings, role: Role, probes: Probes) -> list[Check]:
     versions = probes.versions()
     checks = [
@@ -146,6 +161,7 @@ def run_checks(settings: Settings, role: Role, probes: Probes) -> list[Check]:
               "missing", None if versions.get("torch") else "pip install torch"),
         check_sdk(versions, probes.official_nki(), role),
         check_devices(probes.neuron_devices(), role),
+        check_generation(settings, probes.generation()),
     ]
     if role != "local" or settings.queue_url.startswith("sqs://"):
         checks.append(check_queue(settings, probes.queue_depth, role))

@@ -1,4 +1,4 @@
-"""structlog configuration, with secrets scrubbed before anything is written."""
+"""structlog and stdlib logging, with secrets redacted (nkibot.redact) before any write."""
 
 from __future__ import annotations
 
@@ -10,21 +10,14 @@ from typing import Any
 
 import structlog
 
-# Values that must never reach a log line, whatever key they hide under.
-_SECRET_PATTERNS = [
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"),
-    re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{10,}\b"),
-    re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
-    re.compile(r"(?i)\b(bearer|token)\s+[A-Za-z0-9_\-.=]{16,}"),
-]
+from nkibot.redact import redact, redact_data
+
 _SECRET_KEYS = re.compile(r"(?i)(secret|password|token|private_key|api_key|authorization)")
 
 
 def scrub(text: str) -> str:
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub("[redacted]", text)
-    return text
+    """Known secrets and key-shaped strings removed (see nkibot.redact)."""
+    return redact(text)
 
 
 def _scrub_processor(
@@ -35,7 +28,25 @@ def _scrub_processor(
             event_dict[key] = "[redacted]"
         elif isinstance(value, str):
             event_dict[key] = scrub(value)
+        elif isinstance(value, dict | list | tuple):
+            event_dict[key] = redact_data(value)
+        elif isinstance(value, BaseException):
+            event_dict[key] = scrub(repr(value))
     return event_dict
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts stdlib log records (uvicorn, httpx, botocore) as structlog's are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = scrub(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.msg} ({scrub(repr(record.exc_info[1]))})"
+            record.exc_info = record.exc_text = None
+        return True
 
 
 class _StderrLogger:
@@ -58,6 +69,9 @@ def _stderr_logger(*_args: Any) -> _StderrLogger:
 def configure(level: str = "info", json: bool = True) -> None:
     """Configure structlog once at process start (CLI edge)."""
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=level.upper())
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
     renderer: Any = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
     )

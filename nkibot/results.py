@@ -177,6 +177,9 @@ class ConversionResult(BaseModel):
     target: str
     backend: str
     hardware: bool
+    #: The Trainium generation the kernel was checked for: trn1, trn2 or trn3 (`target:`
+    #: in the repo config; `target` above is what was converted, `path.py::Name`).
+    platform: Literal["trn1", "trn2", "trn3"] = "trn1"
     simulator: str | None = None
     model: str
     turns: int = 0

@@ -57,6 +57,21 @@ def default_tolerances() -> dict[str, Tolerance]:
     }
 
 
+class SourceKernel(BaseModel):
+    """The hand-written kernel a conversion replaces (CUDA, or Triton with a reference).
+
+    The PyTorch reference defines what must be computed; this source goes into the
+    model's prompt for its algorithm and tiling, never into the harness.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    language: Literal["cuda", "triton"]
+    path: str
+    name: str
+    source: str
+
+
 class Task(BaseModel):
     """Everything the loop, the harness and the backends need to know about one target."""
 
@@ -78,6 +93,8 @@ class Task(BaseModel):
     state_dict: list[InputSpec] = Field(default_factory=list)
     #: Absolute path of the reference file on disk, when loaded from one (sibling imports).
     reference_file: str | None = None
+    #: The CUDA or Triton kernel being migrated, when the target is one (prompt only).
+    migrate_from: SourceKernel | None = None
 
     def tolerance_for(self, dtype: str) -> Tolerance:
         return self.tolerances.get(dtype) or self.tolerances.get("float32") or Tolerance(

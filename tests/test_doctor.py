@@ -42,7 +42,7 @@ def _probes(*, hardware: bool, queue_ok: bool = True, aws: bool = False,
     return Probes(versions=lambda: versions, neuron_devices=lambda: TRN1 if hardware else [],
                   official_nki=lambda: hardware, queue_depth=depth,
                   aws_credentials=lambda: aws, isolation=lambda _: isolation,
-                  python="3.11.7")
+                  python="3.11.7", generation=lambda: "trn1" if hardware else None)
 
 
 def _by_name(checks: list) -> dict:  # type: ignore[type-arg]
@@ -142,3 +142,26 @@ class TestCli:
     def test_bad_role(self) -> None:
         """An unknown role is a usage error."""
         assert CliRunner().invoke(app, ["doctor", "--role", "chef"]).exit_code == 2
+
+
+class TestGeneration:
+    def test_trn1_device_reported(self) -> None:
+        """A Trn1 host checks kernels for trn1 and says why."""
+        found = _by_name(run_checks(_settings(), "local", _probes(hardware=True)))
+        check = found["trainium generation"]
+        assert check.status == "ok"
+        assert check.detail.startswith("trn1 (NeuronCore-v2) (this host's trn1 device")
+
+    def test_no_device_defaults_to_trn1(self) -> None:
+        check = _by_name(run_checks(_settings(), "local", _probes(hardware=False)))[
+            "trainium generation"]
+        assert check.detail.startswith("trn1 (NeuronCore-v2) (no device")
+
+    def test_setting_wins_and_mismatch_warns(self) -> None:
+        """NKIBOT_TARGET=trn3 on a trn1 device with the neuron backend is flagged."""
+        settings = _settings(target="trn3", backend="neuron")
+        check = _by_name(run_checks(settings, "runner", _probes(hardware=True)))[
+            "trainium generation"]
+        assert check.status == "warn"
+        assert check.detail.startswith("trn3 (NeuronCore-v4) (NKIBOT_TARGET")
+        assert "trn3 instance" in (check.fix or "")

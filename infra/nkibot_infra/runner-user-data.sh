@@ -12,6 +12,7 @@ APP_ID="@@APP_ID@@"
 LOG_GROUP="@@LOG_GROUP@@"
 PIP_SPEC='@@PIP_SPEC@@'
 BEDROCK_MODEL_ID="@@BEDROCK_MODEL_ID@@"
+TARGET="@@TARGET@@"
 
 apt-get update -y
 apt-get install -y python3-venv python3-pip git jq
@@ -35,6 +36,7 @@ NKIBOT_JOBS_QUEUE_URL=sqs://$JOBS_QUEUE_URL
 NKIBOT_APP_ID=$APP_ID
 NKIBOT_AWS_REGION=$REGION
 NKIBOT_BACKEND=neuron
+NKIBOT_TARGET=$TARGET
 NKIBOT_BEDROCK_MODEL_ID=$BEDROCK_MODEL_ID
 NKIBOT_STATE_PATH=/var/lib/nkibot/state.db
 NKIBOT_LOG_JSON=true
@@ -42,21 +44,29 @@ AWS_DEFAULT_REGION=$REGION
 PATH=/opt/nkibot/venv/bin:/opt/aws/neuron/bin:/usr/local/bin:/usr/bin:/bin
 ENV
 
-# Secrets are read at each service start into a root-only tmpfs file.
+# Sandboxed children (user modules, kernels) run as this uid: it owns nothing, is in no
+# group of ours, and can never read the runner's secrets (docs/security.md, "Secrets").
+id nkibot-sandbox >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin nkibot-sandbox
+
+# Secrets are read at each service start into a tmpfs file only the runner's uid can read
+# (0400 in a 0700 directory). The runner reads it into memory at start (NKIBOT_SECRETS_FILE)
+# and keeps the values out of its environment; systemd never loads it as an EnvironmentFile.
 cat > /opt/nkibot/bin/fetch-secrets <<SCRIPT
 #!/bin/bash
 set -euo pipefail
-install -d -m 0750 -o root -g nkibot /run/nkibot
+install -d -m 0700 -o nkibot -g nkibot /run/nkibot
 aws() { /opt/nkibot/venv/bin/aws --region "$REGION" "\$@"; }
 key=\$(aws secretsmanager get-secret-value --secret-id "$APP_KEY_SECRET" --query SecretString --output text)
 anthropic=\$(aws secretsmanager get-secret-value --secret-id "$ANTHROPIC_SECRET" --query SecretString --output text)
-umask 0177
+umask 0377
+rm -f /run/nkibot/secrets.env.new
 {
   printf 'NKIBOT_PRIVATE_KEY=%s\n' "\$(printf '%s' "\$key" | awk '{printf "%s\\\\n", \$0}')"
   printf 'NKIBOT_ANTHROPIC_API_KEY=%s\n' "\$anthropic"
-} > /run/nkibot/secrets.env
-chgrp nkibot /run/nkibot/secrets.env
-chmod 0640 /run/nkibot/secrets.env
+} > /run/nkibot/secrets.env.new
+chown nkibot:nkibot /run/nkibot/secrets.env.new
+chmod 0400 /run/nkibot/secrets.env.new
+mv -f /run/nkibot/secrets.env.new /run/nkibot/secrets.env
 SCRIPT
 chmod 0755 /opt/nkibot/bin/fetch-secrets
 

@@ -41,6 +41,25 @@ IMAGE_EXCLUDES = [
 ]
 
 
+#: Runner instance family (CDK context `runnerInstanceFamily`) -> the default instance type.
+#: trn2.48xlarge is the Trn2 size the Neuron docs use; Trn3 has no documented size here, so
+#: a trn3 runner needs `runnerInstanceType` as well.
+RUNNER_FAMILIES: dict[str, str | None] = {"trn1": "trn1.2xlarge", "trn2": "trn2.48xlarge",
+                                          "trn3": None}
+
+
+def runner_instance_type(family: str, instance_type: object = None) -> str:
+    """The runner's EC2 instance type for a family; an explicit type must be of that family."""
+    if family not in RUNNER_FAMILIES:
+        raise ValueError(f"runnerInstanceFamily={family!r}: use trn1, trn2 or trn3")
+    chosen = str(instance_type) if instance_type else RUNNER_FAMILIES[family]
+    if chosen is None:
+        raise ValueError(f"runnerInstanceFamily={family}: set runnerInstanceType too")
+    if chosen.split(".", 1)[0].rstrip("nu") != family:
+        raise ValueError(f"runnerInstanceType={chosen} is not a {family} instance")
+    return chosen
+
+
 class NkibotStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, image_context: Path,
                  **kwargs: object) -> None:
@@ -66,8 +85,9 @@ class NkibotStack(Stack):
         self.queues = {name: self._queue(name, alarm_topic) for name in ("inbox", "jobs")}
         vpc = ec2.Vpc(self, "Vpc", max_azs=2, nat_gateways=1)
         self._service(vpc, cert_arn.value_as_string, app_id.value_as_string, image_context)
-        self._runner(vpc, app_id.value_as_string, str(ctx("runnerInstanceType") or
-                                                       "trn1.2xlarge"))
+        family = str(ctx("runnerInstanceFamily") or "trn1")
+        self._runner(vpc, app_id.value_as_string, family,
+                     runner_instance_type(family, ctx("runnerInstanceType")))
 
     def _queue(self, name: str, topic: sns.ITopic) -> sqs.Queue:
         dlq = sqs.Queue(
@@ -138,7 +158,7 @@ class NkibotStack(Stack):
         self.queues["jobs"].grant_send_messages(role)
         self.service = service
 
-    def _runner(self, vpc: ec2.IVpc, app_id: str, instance_type: str) -> None:
+    def _runner(self, vpc: ec2.IVpc, app_id: str, family: str, instance_type: str) -> None:
         ctx = self.node.try_get_context
         log_group = logs.LogGroup(self, "RunnerLogs", retention=logs.RetentionDays.ONE_MONTH,
                                   removal_policy=RemovalPolicy.DESTROY)
@@ -157,7 +177,7 @@ class NkibotStack(Stack):
         ssm_path = str(ctx("dlamiSsmParameter") or
                        "/aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id")
         user_data = ec2.UserData.for_linux()
-        user_data.add_commands(self._user_data_script(app_id, log_group, model))
+        user_data.add_commands(self._user_data_script(app_id, log_group, model, family))
         dlami = ec2.MachineImage.from_ssm_parameter(ssm_path, os=ec2.OperatingSystemType.LINUX)
         disk = ec2.BlockDeviceVolume.ebs(200, volume_type=ec2.EbsDeviceVolumeType.GP3,
                                          encrypted=True)
@@ -176,7 +196,8 @@ class NkibotStack(Stack):
             desired_capacity=int(ctx("runnerDesiredInstances") or 1),
         )
 
-    def _user_data_script(self, app_id: str, log_group: logs.ILogGroup, model: str) -> str:
+    def _user_data_script(self, app_id: str, log_group: logs.ILogGroup, model: str,
+                          family: str) -> str:
         values = {
             "REGION": self.region,
             "JOBS_QUEUE_URL": self.queues["jobs"].queue_url,
@@ -187,6 +208,7 @@ class NkibotStack(Stack):
             "LOG_GROUP": log_group.log_group_name,
             "PIP_SPEC": str(self.node.try_get_context("nkibotPipSpec") or "nkibot"),
             "BEDROCK_MODEL_ID": model,
+            "TARGET": family,
         }
         script = USER_DATA.read_text(encoding="utf-8")
         for key, value in values.items():

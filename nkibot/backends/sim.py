@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from nkibot.redact import redact, redact_model
 from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
 from nkibot.task import Task, describe_kernel_args
 from nkibot.verify.client import HarnessReply, run_harness
@@ -98,8 +99,11 @@ class SimBackend:
                  memory_mb: int = 4096, verify_timeout_s: float | None = None,
                  skip_static: bool = False, device: str | None = None,
                  extra_env: dict[str, str] | None = None,
-                 runner: Callable[..., SandboxOutcome] = run_sandboxed) -> None:
+                 runner: Callable[..., SandboxOutcome] = run_sandboxed,
+                 platform: str = "trn1") -> None:
         self.function = function
+        #: The Trainium generation the simulator applies the rules of (trn1/trn2/trn3).
+        self.platform = platform
         # The neuron backend reuses this verifier with device="neuron": same trials and
         # guards, the kernel run by the real nki on the pinned NeuronCore.
         self.device = device
@@ -116,20 +120,21 @@ class SimBackend:
         if self._skip_static:
             return []
         return [Diagnostic(rule=f"static:{f.rule}", message=f.reason, file=self.kernel_file,
-                           line=f.line, fix="kernels may use only nki, numpy and math, and "
-                           "compute outputs from their inputs") for f in static_findings(src)]
+                           line=f.line, fix=f.fix or None) for f in static_findings(src)]
 
     def _confinement(self, out_dir: Path, readable: tuple[Path, ...]) -> Confinement:
         if self.device == "neuron":
             # The Neuron compiler runs programs and the runtime needs the devices.
+            devices = tuple(sorted(str(d) for d in Path("/dev").glob("neuron*")))
             return Confinement(readable=readable, writable=(out_dir,), processes=True,
-                               devices=tuple(sorted(str(d) for d in Path("/dev").glob("neuron*"))))
+                               devices=devices)
         return Confinement(readable=readable, writable=(out_dir,), torch=False)
 
     def _run(self, src: str, function: str, request: dict[str, Any], timeout_s: float,
              out_dir: Path, readable: tuple[Path, ...] = ()) -> HarnessReply:
         request = {"op": "run_kernel", "source": src, "filename": self.kernel_file,
                    "function": function, "out_dir": str(out_dir), "device": self.device,
+                   "target": self.platform,
                    **request}
         return run_harness(request, timeout_s=timeout_s, memory_mb=self.memory_mb,
                            extra_env=self.extra_env, runner=self._runner,
@@ -140,7 +145,18 @@ class SimBackend:
         return {"random": {"seed": 0, "specs": [a.model_dump() for a in args]},
                 "arg_names": [a.name for a in args]}
 
+    # Results carry user code's exception text and stderr back to the model and, through
+    # the verdict, to check runs: a secret in them never comes back verbatim.
     def compile(self, src: str, task: Task) -> CompileResult:
+        return redact_model(self._compile(src, task))
+
+    def verify(self, src: str, task: Task, reference: ReferenceSet) -> VerifyResult:
+        return redact_model(self._verify(src, task, reference))
+
+    def profile(self, src: str, task: Task) -> ProfileResult:
+        return redact_model(self._profile(src, task))
+
+    def _compile(self, src: str, task: Task) -> CompileResult:
         started = time.monotonic()
         static = self._static(src)
         if static:
@@ -174,7 +190,7 @@ class SimBackend:
         return CompileResult(ok=True, seconds=seconds, backend=self.name, compiler=compiler,
                              log=f"traced {function} on {compiler}; output shapes {shapes}")
 
-    def verify(self, src: str, task: Task, reference: ReferenceSet) -> VerifyResult:
+    def _verify(self, src: str, task: Task, reference: ReferenceSet) -> VerifyResult:
         if not isinstance(reference, ReferenceSet):
             raise TypeError("SimBackend.verify needs the ReferenceSet from compute_reference")
         started = time.monotonic()
@@ -246,7 +262,7 @@ class SimBackend:
                 return SimRun(error=sandbox_reason(reply))
             if isinstance(response.get("error"), dict):
                 diag = error_diagnostic(response["error"], self.kernel_file)
-                return SimRun(error=f"{diag.rule}: {diag.message}", line=diag.line,
+                return SimRun(error=redact(f"{diag.rule}: {diag.message}"), line=diag.line,
                               simulator=str(response.get("simulator") or ""))
             try:
                 found = read_outputs(out_dir, 1)
@@ -256,7 +272,7 @@ class SimBackend:
         return SimRun(outputs=outputs, stats=dict(response.get("stats") or {}),
                       simulator=str(response.get("simulator") or ""))
 
-    def profile(self, src: str, task: Task) -> ProfileResult:
+    def _profile(self, src: str, task: Task) -> ProfileResult:
         try:
             function = resolve_function(src, self.function)
         except KernelSourceError as exc:

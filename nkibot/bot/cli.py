@@ -13,11 +13,18 @@ if TYPE_CHECKING:
     from nkibot.config.settings import Settings
 
 
-def _settings() -> Settings:
+def _settings(*, service: bool = True) -> Settings:
+    """Settings for `serve`/`dispatch`: secrets into memory, out of the environment, and
+    the process non-dumpable (nkibot.config.hygiene); `replay` is a client tool."""
     from nkibot.config.settings import Settings
     from nkibot.logging import configure
 
-    settings = Settings()
+    if service:
+        from nkibot.config.hygiene import process_settings
+
+        settings = process_settings()
+    else:
+        settings = Settings()
     configure(settings.log_level, settings.log_json)
     return settings
 
@@ -78,7 +85,7 @@ def replay(
     from nkibot.bot.replay import signed_request
 
     if secret is None:
-        settings = _settings()
+        settings = _settings(service=False)
         secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else None
     if not secret:
         raise typer.BadParameter("no --secret and no NKIBOT_WEBHOOK_SECRET")

@@ -18,8 +18,10 @@ from githubkit.webhooks import parse
 
 from nkibot.bot.delivery import Delivery
 from nkibot.bot.metrics import Metrics
+from nkibot.bot.scan import run_scan
 from nkibot.config.settings import Settings
 from nkibot.github.client import installation_client
+from nkibot.github.dashboard import update_rows
 from nkibot.github.facts import gather
 from nkibot.github.gateway import GitHubGateway
 from nkibot.handlers.decide import decide, screen
@@ -148,6 +150,13 @@ class Dispatcher:
             await self.enqueue(gw, job)
         for job_id in decision.cancel:
             await self.cancel(gw, job_id)
+        if decision.dashboard is not None:
+            change = decision.dashboard
+            await update_rows(gw, inc.repo, change.issue_number, change.updates)
+        if decision.scan is not None:
+            _number, text = await run_scan(gw, inc.repo, decision.scan)
+            if decision.scan.reply_to is not None:
+                await self.reply(gw, inc, decision.kind, text)
         if decision.reply is not None:
             await self.reply(gw, inc, decision.kind, decision.reply)
 

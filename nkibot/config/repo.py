@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from nkibot.config.settings import Permission
-from nkibot.config.targets import TargetError, parse_shape, validate_target
+from nkibot.config.targets import TargetError, parse_shape, validate_reference, validate_target
 from nkibot.jobs.model import ShapeOverride
 
 CONFIG_PATH = ".github/nki-bot.yml"
@@ -58,11 +58,19 @@ class RepoConfig(BaseModel):
     turns: int | None = Field(default=None, ge=1, le=50)
     model: Literal["auto", "lowering", "claude", "bedrock"] | None = None
     backend: Literal["auto", "sim", "neuron"] | None = None
+    #: The Trainium generation to check kernels for (None: the runner decides).
+    target: Literal["trn1", "trn2", "trn3"] | None = None
     output_dir: str = "nki_kernels/"
     min_permission: Permission | None = None
     integrate: Literal["none", "dispatch"] = "none"
-    #: Triton target -> the PyTorch reference it must match (`path::Name`).
+    #: Triton or CUDA target -> the PyTorch reference it must match (`path::Name`).
     references: dict[str, str] = Field(default_factory=dict)
+    #: The conversion dashboard issue (`/nki scan`, the label on an issue naming no target).
+    dashboard: bool = True
+    #: Globs of files a scan reads (default: every .py, .cu and .cuh file).
+    scan: list[str] = Field(default_factory=list)
+    #: Globs a scan skips (tests, vendored code...).
+    exclude: list[str] = Field(default_factory=list)
 
     @field_validator("targets", mode="before")
     @classmethod
@@ -74,7 +82,7 @@ class RepoConfig(BaseModel):
     @field_validator("references")
     @classmethod
     def _references(cls, value: dict[str, str]) -> dict[str, str]:
-        return {validate_target(k): validate_target(v) for k, v in value.items()}
+        return {validate_target(k): validate_reference(v) for k, v in value.items()}
 
     @field_validator("output_dir")
     @classmethod

@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     default_turns: int = Field(default=10, ge=1)
     model: Literal["auto", "lowering", "claude", "bedrock"] = "auto"
     backend: Literal["auto", "sim", "neuron"] = "auto"
+    #: NKIBOT_TARGET: the Trainium generation kernels are checked for on this runner when
+    #: the repository does not say (None: the runner's device generation, else trn1).
+    target: Literal["trn1", "trn2", "trn3"] | None = None
 
     # Models (the SDKs' own variables are also honoured by the SDKs themselves)
     # An explicit validation_alias replaces env_prefix for the field, so the NKIBOT_ name
@@ -101,6 +104,11 @@ class Settings(BaseSettings):
     #: Run the dispatcher inside `nkibot serve` (off when `nkibot dispatch` runs apart).
     dispatcher_enabled: bool = True
     dispatch_poll_s: float = Field(default=0.5, gt=0)
+
+    @field_validator("target", mode="before")
+    @classmethod
+    def _target(cls, value: object) -> object:
+        return value.strip().lower() or None if isinstance(value, str) else value
 
     @field_validator("allowed_owners", mode="before")
     @classmethod

@@ -18,6 +18,8 @@ DTYPES = {
     "bool": "bool",
 }
 MAX_TARGETS = 20
+CUDA_SUFFIXES = (".cu", ".cuh")
+TARGET_SUFFIXES = (".py", *CUDA_SUFFIXES)
 MAX_DIMS = 8
 
 
@@ -26,7 +28,7 @@ class TargetError(ValueError):
 
 
 def validate_target(text: str) -> str:
-    """Return `path/to/file.py::Name` normalised, or raise TargetError saying what is wrong."""
+    """`path/to/file.py::Name` (or a `.cu`/`.cuh` kernel) normalised, or TargetError saying why."""
     path, sep, name = text.strip().partition("::")
     if not sep:
         raise TargetError(f"`{text}` is not `path/to/file.py::Name`")
@@ -39,9 +41,22 @@ def validate_target(text: str) -> str:
         raise TargetError(f"`{path}` may not contain empty, `.` or `..` segments")
     if not all(_PATH_PART.match(part) for part in parts):
         raise TargetError(f"`{path}` has characters other than letters, digits, `_.-` and `/`")
-    if not path.endswith(".py"):
-        raise TargetError(f"`{path}` is not a `.py` file")
+    if not path.endswith(TARGET_SUFFIXES):
+        raise TargetError(f"`{path}` is not a `.py`, `.cu` or `.cuh` file")
     return f"{path}::{name}"
+
+
+def is_cuda_target(target: str) -> bool:
+    """A kernel in a CUDA source file (`.cu`, `.cuh`); it converts against a PyTorch reference."""
+    return target.partition("::")[0].endswith(CUDA_SUFFIXES)
+
+
+def validate_reference(text: str) -> str:
+    """A PyTorch reference (`path/to/file.py::Module`): a target in a Python file."""
+    target = validate_target(text)
+    if not target.partition("::")[0].endswith(".py"):
+        raise TargetError(f"the reference `{text}` must be a PyTorch module in a `.py` file")
+    return target
 
 
 def parse_shape(text: str) -> ShapeOverride:
@@ -63,3 +78,14 @@ def parse_shape(text: str) -> ShapeOverride:
     if len(tokens) > MAX_DIMS:
         raise TargetError(f"`{spec}` has more than {MAX_DIMS} dims")
     return ShapeOverride(name=name, shape=tuple(int(t) for t in tokens), dtype=dtype)
+
+
+def reference_hint(target: str) -> str:
+    """How to name the PyTorch reference a CUDA kernel must match (shown to the user)."""
+    return (
+        f"`{target}` is a CUDA kernel: nkibot converts it against a PyTorch module that "
+        "computes the same thing. Name one inline, e.g.\n\n"
+        f"`/nki convert {target} --reference models/norm.py::RMSNorm`\n\n"
+        "or in `.github/nki-bot.yml`:\n\n```yaml\nreferences:\n"
+        f"  {target}: models/norm.py::RMSNorm\n```"
+    )

@@ -55,8 +55,9 @@ class Progress:
 
 def summary_lines(result: ConversionResult, written: list[Path]) -> list[str]:
     """The human summary printed on stdout (pure)."""
-    where = ("on Trn1 hardware" if result.hardware
-             else f"SIMULATED on {result.simulator or result.backend} (no hardware)")
+    where = (f"on {result.platform.capitalize()} hardware" if result.hardware
+             else f"SIMULATED on {result.simulator or result.backend} (no hardware); "
+                  f"checked for {result.platform}")
     lines = [f"{result.status.upper()}: {result.target} ({where})",
              f"model: {result.model} · turns: {result.turns} · tokens: {result.tokens.total}"
              f" · {result.seconds:.1f} s"]
@@ -88,10 +89,15 @@ def convert(
     shape: Annotated[list[str] | None, typer.Option(
         help="input shape override NAME=DIMSxDTYPE, e.g. x=128x256xfloat32")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print the JSON result")] = False,
+    platform: Annotated[str | None, typer.Option(
+        "--target", help="Trainium generation trn1|trn2|trn3 (default: NKIBOT_TARGET, else "
+                         "this host's device, else trn1)")] = None,
 ) -> None:
     """Convert FILE::Name into a verified NKI kernel, locally."""
     from rich.console import Console
 
+    from nkibot.backends.select import host_platform
+    from nkibot.config.platform import PlatformError
     from nkibot.config.settings import Settings
     from nkibot.config.targets import parse_shape
     from nkibot.convert.pipeline import convert as run_pipeline
@@ -102,6 +108,10 @@ def convert(
     err = Console(stderr=True, log_path=False)
     path, name = _split_target(target)
     settings = Settings()
+    try:
+        chosen = host_platform(platform, settings.target)
+    except PlatformError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--target") from exc
     # Logs go to stderr, scrubbed, and only warnings: stdout carries the --json result.
     configure("warning", json=False)
     _isolation_notice(settings, err)
@@ -117,7 +127,8 @@ def convert(
         progress.status = status
         result = asyncio.run(run_pipeline(
             task, settings=settings, model=model, backend=backend, turns=turns,
-            on_turn=progress.on_turn, on_stage=progress.on_stage, target=target))
+            on_turn=progress.on_turn, on_stage=progress.on_stage, target=target,
+            platform=chosen))
     written = write_local_outputs(result, task, out)
     if json_output:
         typer.echo(result.model_dump_json(indent=2))

@@ -20,6 +20,7 @@ from nkibot.convert.agent.loop import LoopOutcome, run_loop
 from nkibot.convert.agent.prompts import kernel_function_name, snake_case
 from nkibot.convert.agent.tools import kernel_function
 from nkibot.convert.models.router import Router, RouterError, make_router
+from nkibot.redact import redact_model
 from nkibot.results import (
     ConversionResult,
     KernelArg,
@@ -40,11 +41,11 @@ def kernel_path(task: Task) -> str:
 
 
 def _failed(task: Task, target: str, started: float, reason: str, *, backend: str = "none",
-            hardware: bool = False, model: str = "none", status: Status = "failed"
-            ) -> ConversionResult:
+            hardware: bool = False, model: str = "none", status: Status = "failed",
+            platform: str = "trn1") -> ConversionResult:
     return ConversionResult(status=status, target=target, backend=backend, hardware=hardware,
                             model=model, seconds=round(time.monotonic() - started, 3),
-                            reasons=[reason])
+                            reasons=[reason], platform=platform)
 
 
 async def convert(
@@ -60,10 +61,13 @@ async def convert(
     on_stage: Stage | None = None,
     bedrock_available: bool | None = None,
     core_id: int | None = None,
+    platform: str = "trn1",
 ) -> ConversionResult:
     """Convert one task; see the module docstring for the failure contract.
 
     `core_id` pins the neuron backend's children to one NeuronCore (one runner worker each).
+    `platform` is the Trainium generation (trn1/trn2/trn3) the kernel is checked for; the
+    result names it.
     """
     from nkibot.backends.select import select_backend
 
@@ -72,22 +76,30 @@ async def convert(
     stage = on_stage or (lambda _s: None)
     stage("backend")
     if backend not in ("auto", "sim", "neuron"):
-        return _failed(task, name, started, f"unknown backend {backend!r}: use auto, sim or neuron")
+        return _failed(task, name, started, f"unknown backend {backend!r}: use auto, sim or "
+                       "neuron", platform=platform)
     try:
         kb: KernelBackend = select_backend(
             backend, core_id=core_id,  # type: ignore[arg-type]
-            compile_timeout_s=settings.compile_timeout_s)
+            compile_timeout_s=settings.compile_timeout_s, platform=platform)
     except Exception as exc:  # a missing device or SDK is a user-level failure
-        return _failed(task, name, started, f"kernel backend {backend!r} unavailable: {exc}")
+        return _failed(task, name, started, f"kernel backend {backend!r} unavailable: {exc}",
+                       platform=platform)
+    # Every result names the generation it was checked for; both backends carry it (on
+    # hardware it is the device's own).
+    checked = str(getattr(kb, "platform", platform))
     try:
         router = make_router(model, settings, bedrock_available)
     except RouterError as exc:
-        return _failed(task, name, started, str(exc), backend=kb.name, hardware=kb.is_hardware)
+        return _failed(task, name, started, str(exc), backend=kb.name, hardware=kb.is_hardware,
+                       platform=checked)
     try:
-        return await _run(task, name, kb, router, started, stage, settings=settings,
-                          turns=turns, on_turn=on_turn, should_stop=should_stop)
+        result = await _run(task, name, kb, router, started, stage, settings=settings,
+                            turns=turns, on_turn=on_turn, should_stop=should_stop)
     finally:
         await router.aclose()
+    # The verdict carries user code's exception text: no secret in it leaves verbatim.
+    return redact_model(result.model_copy(update={"platform": checked}))
 
 
 async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started: float,

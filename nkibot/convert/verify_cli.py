@@ -59,7 +59,8 @@ def static_rejection(src: str, target: str, kernel_path: str, function: str,
     compiled = CompileResult(ok=False, backend=backend, compiler="nkibot static check",
                              log="\n".join(f.reason for f in findings), diagnostics=[
                                  Diagnostic(rule=f"static:{f.rule}", message=f.reason,
-                                            file=Path(kernel_path).name, line=f.line)
+                                            file=Path(kernel_path).name, line=f.line,
+                                            fix=f.fix or None)
                                  for f in findings])
     return ConversionResult(
         status="failed", target=target, backend=backend, hardware=backend == "neuron",
@@ -93,11 +94,11 @@ def check_kernel(task: Task, src: str, kernel_path: str, backend: KernelBackend,
         compile=compiled, verify=verified, reasons=extra + reasons)
 
 
-def _backend(name: str, function: str, kernel_file: str) -> KernelBackend:
+def _backend(name: str, function: str, kernel_file: str, platform: str) -> KernelBackend:
     if name == "sim":
         from nkibot.backends.sim import SimBackend
 
-        return SimBackend(function=function, kernel_file=kernel_file)
+        return SimBackend(function=function, kernel_file=kernel_file, platform=platform)
     from nkibot.backends.select import select_backend
 
     return select_backend("neuron")
@@ -109,7 +110,8 @@ def _print_table(result: ConversionResult) -> None:
 
     console = Console()
     colour = {"verified": "green", "compiled": "yellow"}.get(result.status, "red")
-    where = "Trn1 hardware" if result.hardware else f"simulator ({result.simulator})"
+    where = (f"{result.platform.capitalize()} hardware" if result.hardware
+             else f"simulator ({result.simulator}), checked for {result.platform}")
     console.print(f"[bold {colour}]{result.status}[/] {result.target} with "
                   f"{result.kernel.path if result.kernel else '?'} on {where}")
     if result.verify is not None and result.verify.trials:
@@ -136,6 +138,9 @@ def verify(
     shape: Annotated[list[str] | None, typer.Option(
         help="input shape override NAME=DIMSxDTYPE, e.g. x=128x256xfloat32")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print the JSON result")] = False,
+    platform: Annotated[str | None, typer.Option(
+        "--target", help="Trainium generation trn1|trn2|trn3 (default: NKIBOT_TARGET, else "
+                         "this host's device, else trn1)")] = None,
 ) -> None:
     """Check a kernel against its PyTorch reference: trials, statistics and guards."""
     from nkibot.backends.sim import KernelSourceError, resolve_function
@@ -152,6 +157,7 @@ def verify(
         raise typer.BadParameter("expected FILE::Name, e.g. examples/rmsnorm.py::RMSNorm")
     if backend not in ("sim", "neuron"):
         raise typer.BadParameter("--backend must be sim or neuron")
+    chosen_platform = _platform(platform)
     settings = Settings()
     found = configure_from(settings)
     if found.level != "full":
@@ -162,7 +168,7 @@ def verify(
         function = resolve_function(src, function)
         static = static_rejection(src, target, str(kernel_path), function, backend)
         if static is not None:  # no need to run the reference for a forbidden kernel
-            _emit(static, json_output)
+            _emit(static, json_output, chosen_platform)
         overrides = [parse_shape(s) for s in shape or []]
         task = load_task(ref_path, name, shapes=overrides or None, display_path=str(ref_path),
                          compile_timeout_s=settings.compile_timeout_s)
@@ -171,14 +177,30 @@ def verify(
         raise typer.Exit(2) from exc
     task = task.model_copy(update={"seeds": list(range(trials))})
     try:
-        chosen = _backend(backend, function, kernel_path.name)
+        chosen = _backend(backend, function, kernel_path.name, chosen_platform)
     except Exception as exc:  # a missing device or SDK: say so, exit like a bad argument
         typer.echo(f"backend {backend!r} unavailable: {exc}", err=True)
         raise typer.Exit(2) from exc
-    _emit(check_kernel(task, src, str(kernel_path), chosen, function), json_output)
+    _emit(check_kernel(task, src, str(kernel_path), chosen, function), json_output,
+          chosen_platform)
 
 
-def _emit(result: ConversionResult, json_output: bool) -> None:
+def _platform(requested: str | None) -> str:
+    from nkibot.backends.select import host_platform
+    from nkibot.config.platform import PlatformError
+    from nkibot.config.settings import Settings
+
+    try:
+        return host_platform(requested, Settings().target)
+    except PlatformError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--target") from exc
+
+
+def _emit(result: ConversionResult, json_output: bool, platform: str) -> None:
+    from nkibot.redact import redact_model
+
+    # The verdict carries user code's messages: no secret in them leaves verbatim.
+    result = redact_model(result.model_copy(update={"platform": platform}))
     if json_output:
         typer.echo(result.model_dump_json(indent=2))
     else:

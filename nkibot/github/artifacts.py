@@ -10,6 +10,7 @@ import datetime as dt
 import os
 from pathlib import Path, PurePosixPath
 
+from nkibot.config.platform import describe_platform
 from nkibot.github.kernel_test_template import TEMPLATE
 from nkibot.github.render import markdown_report, where_measured
 from nkibot.results import ConversionResult
@@ -46,6 +47,7 @@ def provenance_header(result: ConversionResult, *, sha: str | None, repo: str | 
         f"commit: {origin}",
         f"model: {result.model}",
         f"backend: {backend}",
+        f"checked for: {describe_platform(result.platform)}",
         f"status: {_status_line(result)}",
         f"date: {when}",
         f"calling convention: {result.calling_convention}",
@@ -101,6 +103,7 @@ def test_file_text(result: ConversionResult, *, kernel_module: str, reference_pa
         "KERNEL_FUNCTION": repr(result.kernel.function), "INIT_ARGS": repr(init_args or []),
         "INPUTS": repr(inputs), "STATE_KEYS": repr(state_keys),
         "ATOL": repr(atol), "RTOL": repr(rtol), "CONVENTION": result.calling_convention,
+        "PLATFORM": repr(result.platform),
     }
     text = TEMPLATE
     for key, value in values.items():

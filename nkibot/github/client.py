@@ -1,19 +1,73 @@
 """The one place GitHub clients are built: App (JWT) and installation (token) auth.
 
 `base_url` comes from settings so tests point the real githubkit client at the
-GitHub double. Rate limits and 5xx answers are retried by githubkit itself.
+GitHub double. Rate limits and 5xx answers are retried by githubkit itself. Every
+request body leaves through `RedactingTransport`, the one place all published text
+(check runs, comments, PR bodies, commits) passes, so no secret is ever posted.
 """
 
 from __future__ import annotations
 
+import json
+
+import httpx
 from githubkit import AppAuthStrategy, AppInstallationAuthStrategy, GitHub
 from githubkit.retry import RetryChainDecision, RetryRateLimit, RetryServerError
 
 from nkibot.config.settings import Settings
+from nkibot.redact import redact, redact_data
 
 #: Secondary rate limits come in bursts; allow a few waits before giving up.
 RETRY = RetryChainDecision(RetryRateLimit(max_retry=3), RetryServerError(max_retry=3))
 TIMEOUT_S = 30.0
+
+
+def redacted_request(request: httpx.Request) -> httpx.Request:
+    """The same request with every string in its JSON (or text) body redacted."""
+    body = request.read()
+    if not body:
+        return request
+    kind = request.headers.get("content-type", "")
+    try:
+        if "json" in kind:
+            new = json.dumps(redact_data(json.loads(body))).encode("utf-8")
+        elif kind.startswith("text/"):
+            new = redact(body.decode("utf-8")).encode("utf-8")
+        else:
+            return request
+    except (ValueError, UnicodeDecodeError):
+        return request  # not what it claims to be: send as is, GitHub will refuse it
+    if new == body:
+        return request
+    headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+    return httpx.Request(request.method, request.url, headers=headers, content=new,
+                         extensions=request.extensions)
+
+
+class RedactingTransport(httpx.AsyncBaseTransport):
+    """An async transport that redacts request bodies, then sends them over `inner`."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport | None = None) -> None:
+        self.inner = inner or httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.inner.handle_async_request(redacted_request(request))
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class SyncRedactingTransport(httpx.BaseTransport):
+    """The synchronous twin of `RedactingTransport` (githubkit's sync calls)."""
+
+    def __init__(self, inner: httpx.BaseTransport | None = None) -> None:
+        self.inner = inner or httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self.inner.handle_request(redacted_request(request))
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 class GitHubAppNotConfigured(RuntimeError):
@@ -34,7 +88,8 @@ def app_client(settings: Settings) -> GitHub[AppAuthStrategy]:
     app_id, pem = _credentials(settings)
     return GitHub(
         AppAuthStrategy(app_id, pem), base_url=settings.github_url, auto_retry=RETRY,
-        timeout=TIMEOUT_S, http_cache=False,
+        timeout=TIMEOUT_S, http_cache=False, transport=SyncRedactingTransport(),
+        async_transport=RedactingTransport(),
     )
 
 
@@ -46,4 +101,5 @@ def installation_client(
     return GitHub(
         AppInstallationAuthStrategy(app_id, pem, installation_id),
         base_url=settings.github_url, auto_retry=RETRY, timeout=TIMEOUT_S, http_cache=False,
+        transport=SyncRedactingTransport(), async_transport=RedactingTransport(),
     )

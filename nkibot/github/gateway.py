@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,3 +126,58 @@ class GitHubGateway:
     async def comment(self, repo: str, issue: int, body: str) -> None:
         owner, name = _split(repo)
         await self.gh.rest.issues.async_create_comment(owner, name, issue, body=body)
+
+    # --- issues (the conversion dashboard) -------------------------------------------
+    async def issue_body(self, repo: str, number: int) -> str:
+        owner, name = _split(repo)
+        issue = (await self.gh.rest.issues.async_get(owner, name, number)).parsed_data
+        return issue.body or ""
+
+    async def set_issue_body(self, repo: str, number: int, body: str) -> None:
+        owner, name = _split(repo)
+        await self.gh.rest.issues.async_update(owner, name, number, body=body)
+
+    async def create_issue(self, repo: str, title: str, body: str) -> tuple[int, str]:
+        """(number, GraphQL node id) of the new issue."""
+        owner, name = _split(repo)
+        issue = (await self.gh.rest.issues.async_create(
+            owner, name, title=title, body=body)).parsed_data
+        return issue.number, issue.node_id
+
+    async def find_open_issue(self, repo: str, marker: str) -> tuple[int, str] | None:
+        """(number, body) of the oldest open issue (not PR) whose body holds `marker`."""
+        owner, name = _split(repo)
+        found: list[tuple[int, str]] = []
+        for page in range(1, MAX_COMMENT_PAGES + 1):
+            resp = await self.gh.rest.issues.async_list_for_repo(
+                owner, name, state="open", per_page=100, page=page)
+            issues: list[Any] = list(resp.parsed_data)
+            found += [(i.number, i.body or "") for i in issues
+                      if marker in (i.body or "") and not i.pull_request]
+            if len(issues) < 100:
+                break
+        return min(found) if found else None
+
+    async def pin_issue(self, node_id: str) -> None:
+        """Pin an issue to the repository (GraphQL only; there is no REST endpoint)."""
+        await self.gh.async_graphql(
+            "mutation($id: ID!) { pinIssue(input: {issueId: $id}) { issue { number } } }",
+            {"id": node_id})
+
+    async def files_at(self, repo: str, sha: str, wanted: Callable[[str, int], bool],
+                       max_files: int) -> dict[str, str]:
+        """Texts of the files at commit `sha` that `wanted(path, size)` selects (Git Data API)."""
+        owner, name = _split(repo)
+        tree = (await self.gh.rest.git.async_get_tree(owner, name, sha, recursive="1")
+                ).parsed_data
+        files: dict[str, str] = {}
+        for entry in tree.tree:
+            if entry.type != "blob" or not entry.path or not entry.sha:
+                continue
+            if not wanted(entry.path, int(entry.size or 0)) or len(files) >= max_files:
+                continue
+            blob = (await self.gh.rest.git.async_get_blob(owner, name, entry.sha)).parsed_data
+            data = base64.b64decode(blob.content) if blob.encoding == "base64" else (
+                blob.content.encode())
+            files[entry.path] = data.decode("utf-8", errors="replace")
+        return files

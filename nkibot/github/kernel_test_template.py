@@ -39,6 +39,8 @@ INPUTS: list[tuple[tuple[int, ...], str]] = {{INPUTS}}
 STATE_KEYS: list[str] = {{STATE_KEYS}}
 ATOL = {{ATOL}}
 RTOL = {{RTOL}}
+#: The Trainium generation the kernel was checked for (the simulator applies its rules).
+PLATFORM = {{PLATFORM}}
 LOW_PRECISION = {"bfloat16", "float16", "float8_e4m3", "float8_e5m2"}
 
 
@@ -50,7 +52,7 @@ def _nki_context() -> Any:
     except ImportError:
         pytest.skip("needs the Neuron SDK's `nki` package or nkibot's simulator "
                     "(pip install nkibot)")
-    return activate()
+    return activate(target=PLATFORM)
 
 
 def _load(path: Path, name: str) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from nkibot.config.platform import describe_platform
 from nkibot.github.charts import baseline, charts
 from nkibot.github.output import (
     ANNOTATIONS_PER_REQUEST,
@@ -46,7 +47,12 @@ def conclusion(result: ConversionResult) -> Conclusion:
 def where_measured(result: ConversionResult) -> str:
     if result.profile is not None:
         return result.profile.measured_on
-    return "Trn1 hardware" if result.hardware else SIMULATED
+    return f"{result.platform.capitalize()} hardware" if result.hardware else SIMULATED
+
+
+def checked_for(result: ConversionResult) -> str:
+    """The generation the rules came from: `trn2 (NeuronCore-v3)`."""
+    return describe_platform(result.platform)
 
 
 def _short(target: str) -> str:
@@ -61,7 +67,7 @@ def _first_line(text: str, limit: int = 140) -> str:
 def title(result: ConversionResult) -> str:
     """The outcome in one line."""
     name, turns = _short(result.target), result.turns
-    where = "Trn1 hardware" if result.hardware else "simulated"
+    where = f"{result.platform.capitalize()} hardware" if result.hardware else "simulated"
     plural = "turn" if turns == 1 else "turns"
     reason = _first_line(result.reasons[0]) if result.reasons else ""
     if result.status == "verified":
@@ -141,8 +147,8 @@ def run_table(result: ConversionResult) -> str:
 
 def summary(result: ConversionResult) -> str:
     """The evidence tables shared by the check run, the PR body and the report."""
-    parts = [f"**{one_line(result)}**", f"Target: `{result.target}` · measured on: "
-             f"{where_measured(result)}"]
+    parts = [f"**{one_line(result)}**", f"Target: `{result.target}` · checked for: "
+             f"{checked_for(result)} · measured on: {where_measured(result)}"]
     if result.reasons:
         parts.append("### Why\n" + "\n".join(f"- {r}" for r in result.reasons))
     if result.verify is not None and result.verify.trials:

@@ -1,7 +1,8 @@
 """The `/nki` slash-command grammar, parsed from a comment body without I/O.
 
     /nki convert [TARGET ...] [--turns N] [--model M] [--backend B] [--atol X] [--rtol Y]
-                 [--shape NAME=DIMSxDTYPE ...]
+                 [--shape NAME=DIMSxDTYPE ...] [--reference path.py::Module]
+    /nki scan [PATH|GLOB ...]
     /nki help | /nki retry | /nki cancel [TARGET ...]
 
 A command counts only on its own line, outside quoted lines (`>`) and fenced code.
@@ -13,15 +14,24 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from nkibot.config.targets import MAX_TARGETS, TargetError, parse_shape, validate_target
+from nkibot.config.targets import (
+    MAX_TARGETS,
+    TargetError,
+    parse_shape,
+    validate_reference,
+    validate_target,
+)
 from nkibot.jobs.model import JobOptions, ShapeOverride
 
 PREFIX = "/nki"
 MAX_COMMAND_CHARS = 2000
 MAX_TURNS = 50
+MAX_SCAN_PATHS = 10
 USAGE = (
     "/nki convert [path/to/file.py::Name ...] [--turns N] [--model auto|lowering|claude|bedrock]"
-    " [--backend auto|sim|neuron] [--atol X] [--rtol Y] [--shape NAME=DIMSxDTYPE ...]\n"
+    " [--backend auto|sim|neuron] [--atol X] [--rtol Y] [--shape NAME=DIMSxDTYPE ...]"
+    " [--reference path/to/ref.py::Module]\n"
+    "/nki scan [path/or/glob ...]\n"
     "/nki help\n/nki retry\n/nki cancel [path/to/file.py::Name ...]"
 )
 _CHOICES = {
@@ -32,7 +42,8 @@ _CHOICES = {
 
 @dataclass(frozen=True)
 class Command:
-    verb: Literal["convert", "help", "retry", "cancel"]
+    verb: Literal["convert", "help", "retry", "cancel", "scan"]
+    #: `path::Name` targets; for `scan`, the paths or globs to narrow discovery to.
     targets: tuple[str, ...] = ()
     options: JobOptions = field(default_factory=JobOptions)
 
@@ -80,6 +91,8 @@ def parse_line(line: str) -> Command | CommandError:
     verb, args = tokens[0], tokens[1:]
     if verb == "retry":
         return Command("retry") if not args else CommandError(line, "`retry` takes no arguments")
+    if verb == "scan":
+        return _parse_scan(line, args)
     if verb not in ("convert", "cancel"):
         return CommandError(line, f"unknown command `{verb[:40]}`")
     try:
@@ -87,6 +100,17 @@ def parse_line(line: str) -> Command | CommandError:
     except TargetError as exc:
         return CommandError(line, str(exc))
     return Command(verb, targets, options)  # type: ignore[arg-type]
+
+
+def _parse_scan(line: str, args: list[str]) -> Command | CommandError:
+    """`/nki scan [PATH|GLOB ...]`: relative paths or globs, no options."""
+    if len(args) > MAX_SCAN_PATHS:
+        return CommandError(line, f"`scan` takes at most {MAX_SCAN_PATHS} paths")
+    for arg in args:
+        parts = arg.strip("/").split("/")
+        if arg.startswith(("/", "-", "\\")) or ".." in parts or len(arg) > 200:
+            return CommandError(line, f"`{arg[:40]}` is not a path or glob inside the repository")
+    return Command("scan", tuple(dict.fromkeys(args)))
 
 
 def _parse_args(args: list[str], allow_options: bool) -> tuple[tuple[str, ...], JobOptions]:
@@ -132,6 +156,8 @@ def _option_value(name: str, raw: str) -> object:
         if raw not in _CHOICES[name]:
             raise TargetError(f"`--{name}` is one of {', '.join(_CHOICES[name])}")
         return raw
+    if name == "reference":
+        return validate_reference(raw)
     if name in ("atol", "rtol"):
         try:
             value = float(raw)

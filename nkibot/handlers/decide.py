@@ -17,13 +17,15 @@ from nkibot.handlers.policy import (
     owner_allowed,
     required_permission,
 )
+from nkibot.handlers.scan import decide_edit, decide_scan, missing_references, screen_edit
 
 CHECK_ACTIONS = ("retry", "retry_more_turns", "reprofile")
 HELP = (
     "**nkibot** converts PyTorch `nn.Module`s and `@triton.jit` kernels into verified NKI "
     "kernels for AWS Trainium.\n\n```\n" + USAGE + "\n```\n\nWith no target, an issue's body "
     "(`path::Name` lines or a yaml block) or the PR repo's `.github/nki-bot.yml` `targets` "
-    "are used."
+    "are used. `/nki scan` lists what is worth converting in the \"NKI conversion "
+    "dashboard\" issue, where ticking a box converts that target."
 )
 
 
@@ -49,6 +51,10 @@ def screen(inc: Incoming, policy: Policy) -> Decision | Needs:
         return ignore(f"owner {inc.owner} is not in NKIBOT_ALLOWED_OWNERS")
     if inc.kind == "comment":
         return _screen_comment(inc)
+    if inc.kind == "issue_edit":
+        if not screen_edit(inc):
+            return ignore("issue edit that changes no dashboard box")
+        return Needs(sha=True, config=True)
     if inc.kind == "label":
         if inc.action != "labeled":
             return ignore(f"action {inc.event}.{inc.action} is not acted on")
@@ -72,7 +78,7 @@ def _screen_comment(inc: Incoming) -> Decision | Needs:
         return ignore("no /nki command in the comment")
     if isinstance(cmd, CommandError) or cmd.verb == "help":
         return Needs()
-    if cmd.verb == "convert":
+    if cmd.verb in ("convert", "scan"):
         return Needs(sha=True, config=True)
     return Needs(sha=cmd.verb == "retry", config=cmd.verb == "retry", issue_jobs=True)
 
@@ -81,6 +87,8 @@ def decide(inc: Incoming, facts: Facts, policy: Policy) -> Decision:
     """The decision for an event that passed `screen`, given the facts it asked for."""
     repo_min = facts.config.min_permission if isinstance(facts.config, RepoConfig) else None
     need = required_permission(policy, repo_min)
+    if inc.kind == "issue_edit":
+        return decide_edit(inc, facts, policy, may_trigger(facts.permission, need))
     if not may_trigger(facts.permission, need):
         return Decision("denied", reason=f"{inc.sender_login} has {facts.permission}, needs "
                         f"{need}", reply=denied_text(inc.sender_login, need))
@@ -119,6 +127,8 @@ def _decide_comment(inc: Incoming, facts: Facts, policy: Policy) -> Decision:
         return _config_error(facts.config)
     if cmd.verb == "retry":
         return _retry_latest(inc, facts, policy)
+    if cmd.verb == "scan":
+        return decide_scan(inc, facts, cmd.targets, react=True)
     return _enqueue(inc, facts, policy, cmd, react=True)
 
 
@@ -153,12 +163,17 @@ def _targets(inc: Incoming, facts: Facts, cmd: Command) -> list[TargetSpec] | st
 
 def _enqueue(inc: Incoming, facts: Facts, policy: Policy, cmd: Command, react: bool) -> Decision:
     specs = _targets(inc, facts, cmd)
+    if specs == [] and inc.kind == "label" and not inc.is_pull_request:
+        return decide_scan(inc, facts, (), react=False)  # the Scope gate: pick from a scan
     if isinstance(specs, str) or not specs:
         why = specs if isinstance(specs, str) else "no target was named"
         return Decision("no_targets", reason=why, react=react, reply=(
             f"nkibot has nothing to convert: {why}. Name targets as `path/to/file.py::Name` "
             "in the command, in the issue body, or under `targets:` in `.github/nki-bot.yml`."
         ))
+    config = facts.config if isinstance(facts.config, RepoConfig) else RepoConfig()
+    if (refused := missing_references(specs, config, cmd.options)) is not None:
+        return refused
     if facts.sha is None:
         return ignore("no commit to run on (empty repository?)")
     jobs = build_jobs(inc, facts, cmd.options, specs, policy.default_turns)

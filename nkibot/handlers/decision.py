@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from nkibot.config.repo import ConfigError, RepoConfig
+from nkibot.handlers.dashboard import DashboardChange, ScanRequest
 from nkibot.jobs.model import Job
 
 DecisionKind = Literal[
     "ignore", "help", "usage", "denied", "config_error", "no_targets",
-    "enqueue", "retry", "cancel",
+    "enqueue", "retry", "cancel", "scan", "dashboard",
 ]
 
 
@@ -27,6 +28,10 @@ class Decision:
     jobs: tuple[Job, ...] = ()
     #: Job ids to mark cancelled (`cancel`).
     cancel: tuple[str, ...] = ()
+    #: Discover and write the conversion dashboard (`scan`).
+    scan: ScanRequest | None = None
+    #: Rows of the dashboard issue to update (`dashboard`, and with `enqueue`/`cancel`).
+    dashboard: DashboardChange | None = None
 
 
 def ignore(reason: str) -> Decision:

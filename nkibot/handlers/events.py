@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from githubkit.utils import Unset
 
-Kind = Literal["comment", "label", "check_run", "other"]
+Kind = Literal["comment", "label", "check_run", "issue_edit", "other"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class Incoming:
     comment_id: int | None = None
     comment_body: str = ""
     label: str | None = None
+    #: issues.edited: the body before the edit (`changes.body.from`), when it changed.
+    body_from: str | None = None
     #: From pull_request events (issue comments on PRs carry only the number).
     head_sha: str | None = None
     head_ref: str | None = None
@@ -73,6 +75,9 @@ def summarize(event: str, delivery_id: str, parsed: Any) -> Incoming:
     if event == "issue_comment":
         return Incoming(kind="comment", comment_id=_get(parsed, "comment", "id"),
                         comment_body=_get(parsed, "comment", "body") or "", **common)
+    if event == "issues" and action == "edited":
+        return Incoming(kind="issue_edit", body_from=_get(parsed, "changes", "body", "from_"),
+                        **common)
     if event == "issues":
         return Incoming(kind="label", label=_get(parsed, "label", "name"), **common)
     if event == "pull_request":

@@ -11,7 +11,7 @@ from nkibot.config.repo import TargetSpec
 from nkibot.config.targets import MAX_TARGETS, TargetError, validate_target
 
 _FENCE = re.compile(r"^(```|~~~)\s*(ya?ml)\s*$", re.I)
-_TARGET_LINE = re.compile(r"^[-*]?\s*`?([^\s`]+\.py::[A-Za-z_][A-Za-z0-9_]*)`?\s*$")
+_TARGET_LINE = re.compile(r"^[-*]?\s*`?([^\s`]+\.(?:py|cuh?)::[A-Za-z_][A-Za-z0-9_]*)`?\s*$")
 
 
 def _yaml_blocks(body: str) -> list[str]:

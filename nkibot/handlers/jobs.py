@@ -16,10 +16,12 @@ def merged_options(config: RepoConfig, options: JobOptions) -> JobOptions:
         turns=options.turns or config.turns,
         model=options.model or config.model,
         backend=options.backend or config.backend,
+        platform=options.platform or config.target,
         atol=options.atol if options.atol is not None else config.tolerances.atol,
         rtol=options.rtol if options.rtol is not None else config.tolerances.rtol,
         shapes=list(options.shapes),
         reprofile_only=options.reprofile_only,
+        reference=options.reference,
     )
 
 
@@ -73,7 +75,9 @@ def retried(job: Job, inc: Incoming, facts: Facts, action: str, default_turns: i
     options.reprofile_only = action == "reprofile"
     old = job.trigger
     trigger = old.model_copy(update={
-        "kind": "comment" if inc.kind == "comment" else "check_run",
+        # A dashboard job's retry still reports on its dashboard row.
+        "kind": "dashboard" if old.kind == "dashboard" else (
+            "comment" if inc.kind == "comment" else "check_run"),
         "delivery_id": inc.delivery_id, "sender": inc.sender_login,
         "comment_id": inc.comment_id if inc.kind == "comment" else old.comment_id,
     })

@@ -18,16 +18,21 @@ class JobOptions(BaseModel):
     turns: int | None = None
     model: Literal["auto", "lowering", "claude", "bedrock"] | None = None
     backend: Literal["auto", "sim", "neuron"] | None = None
+    #: Trainium generation to check for (repo config `target:`; None: the runner decides).
+    platform: Literal["trn1", "trn2", "trn3"] | None = None
     atol: float | None = None
     rtol: float | None = None
     shapes: list[ShapeOverride] = Field(default_factory=list)
     reprofile_only: bool = False
+    #: The PyTorch reference (`path::Name`) a CUDA or Triton target must match.
+    reference: str | None = None
 
 
 class Trigger(BaseModel):
     """Where the request came from, so the runner can reply there."""
 
-    kind: Literal["comment", "label", "check_run"]
+    #: `dashboard`: a ticked box on the conversion dashboard issue (`issue_number`).
+    kind: Literal["comment", "label", "check_run", "dashboard"]
     delivery_id: str
     sender: str
     issue_number: int | None = None

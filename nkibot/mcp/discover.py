@@ -12,7 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nkibot.config.repo import RepoConfig, parse_repo_config
 from nkibot.convert.discovery import TargetError, discover
+from nkibot.convert.scan import discover_sources, read_tree
 from nkibot.mcp.workspace import Workspace
 
 #: Folders never walked: environments, caches, our own outputs.
@@ -82,5 +84,31 @@ def discover_tree(workspace: Workspace, root: Path, *, describe: Describe) -> di
                 if shapes is not None:
                     entry.update(shapes=shapes, shapes_from="get_inputs")
             candidates.append(entry)
-    return {"root": workspace.relative(root) or ".", "candidates": candidates,
-            "problems": problems}
+    return {"root": workspace.relative(root) or ".",
+            "candidates": ranked(workspace, root, candidates), "problems": problems}
+
+
+def ranked(workspace: Workspace, root: Path, candidates: list[dict[str, Any]]
+           ) -> list[dict[str, Any]]:
+    """The entries with the repository scan's view added (`nkibot.convert.scan`): lowering
+    coverage (a static estimate), call count, ops no backend can express, a rank, and the
+    CUDA kernels under `root`."""
+    config_file = workspace.root / ".github" / "nki-bot.yml"
+    config = parse_repo_config(config_file.read_text("utf-8")) if config_file.is_file() else None
+    base = workspace.relative(root) if root.is_dir() else workspace.relative(root.parent)
+    prefix = f"{base}/" if base and base != "." else ""
+    texts = ({workspace.relative(root): root.read_text("utf-8", errors="replace")}
+             if root.is_file() else {prefix + k: v for k, v in read_tree(root).items()})
+    scan = discover_sources(texts, config=config if isinstance(config, RepoConfig) else None)
+    by_target = {e["target"]: e for e in candidates}
+    for rank, c in enumerate(scan, start=1):
+        entry = by_target.get(c.target)
+        if entry is None and c.kind == "cuda":
+            entry = {"target": c.target, "kind": "cuda", "line": c.line, "shapes": None,
+                     "shapes_from": None}
+            candidates.append(entry)
+        if entry is not None:
+            entry.update(rank=rank, lowering=c.lowering, calls=c.calls, op_count=c.op_count,
+                         no_backend=list(c.no_backend), uncovered=list(c.uncovered),
+                         reference=c.reference)
+    return candidates

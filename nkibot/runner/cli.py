@@ -19,14 +19,15 @@ def runner(
     poll: Annotated[float, typer.Option(help="seconds between polls of an empty queue")] = 1.0,
 ) -> None:
     """Run conversion workers until SIGTERM (each finishes its turn and releases its job)."""
-    from nkibot.config.settings import Settings
+    from nkibot.config.hygiene import process_settings
     from nkibot.github.client import installation_client
     from nkibot.jobs.factory import open_job_state, open_queue
     from nkibot.logging import configure
     from nkibot.runner.worker import Runner, worker_count
     from nkibot.verify.isolation import configure_from, refusal
 
-    settings = Settings()
+    # Secrets into memory, out of the environment; non-dumpable (docs/security.md).
+    settings = process_settings()
     configure(settings.log_level, json=settings.log_json)
     # Every job runs untrusted code: without full isolation the runner does not start.
     found = configure_from(settings)

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import structlog
 
+from nkibot.backends.neuron import devices
+from nkibot.backends.select import host_platform
 from nkibot.config.repo import ConfigError, RepoConfig, load_repo_config
 from nkibot.config.settings import Settings
 from nkibot.convert.codemod import CodemodError, integrate_dispatch
@@ -25,12 +27,12 @@ from nkibot.convert.discovery import (
     choose_shapes,
     discover,
     resolve,
-    suggest_paths,
     triton_launcher,
     triton_reference,
 )
 from nkibot.github.artifacts import header_line_count
 from nkibot.github.checks import CheckRun, reply_once
+from nkibot.github.dashboard import failure_update, result_update
 from nkibot.github.gateway import GitHubGateway
 from nkibot.github.publish import Publisher, output_paths, plan_publication
 from nkibot.github.render import (
@@ -41,10 +43,19 @@ from nkibot.github.render import (
     progress_output,
     reply_comment,
 )
+from nkibot.handlers.dashboard import RowUpdate
 from nkibot.jobs.model import Job
 from nkibot.results import ConversionResult
 from nkibot.runner.progress import ProgressReporter
-from nkibot.runner.workspace import python_files, resolve_inside, workspace
+from nkibot.runner.targets import (
+    cuda_target,
+    is_cuda,
+    locate,
+    migrated,
+    refuse_unexpressible,
+    report_row,
+)
+from nkibot.runner.workspace import resolve_inside, workspace
 from nkibot.task import Task, Tolerance
 
 log = structlog.get_logger("nkibot.runner.job")
@@ -108,21 +119,12 @@ async def _config(gh: Any, job: Job, root: Path) -> RepoConfig:
     return found
 
 
-def _locate(root: Path, target: str) -> tuple[str, str, Path]:
-    path, _, name = target.rpartition("::")
-    if not path or not name:
-        raise TargetError(f"`{target}` is not `path/to/file.py::Name`")
-    file = resolve_inside(root, path)
-    if not file.is_file():
-        raise TargetError(f"`{path}` does not exist at this commit",
-                          suggest_paths(path, python_files(root)))
-    return path, name, file
-
-
 def _reference(root: Path, job: Job, config: RepoConfig, path: str, name: str, file: Path
                ) -> tuple[str, str, Path, str]:
     """(reference path, entry, file, kind of the requested target), Triton resolved."""
     source = file.read_text("utf-8", errors="replace")
+    if is_cuda(path, source, name):
+        return cuda_target(root, job, config, path, name, source)
     cand = resolve(discover(source), path, name)
     if cand.kind != "triton":
         return path, name, file, cand.kind
@@ -133,7 +135,7 @@ def _reference(root: Path, job: Job, config: RepoConfig, path: str, name: str, f
         # CPU interpreter (load_task runs the launcher; a file without one is refused here).
         triton_launcher(source, name, path)
         return path, name, file, "triton"
-    ref_path, ref_name, ref_file = _locate(root, ref)
+    ref_path, ref_name, ref_file = locate(root, ref)
     resolve(discover(ref_file.read_text("utf-8", errors="replace")), ref_path, ref_name)
     return ref_path, ref_name, ref_file, "triton"
 
@@ -143,8 +145,9 @@ async def prepare(gh: Any, job: Job, root: Path, settings: Settings) -> Prepared
     from nkibot.convert.taskload import TaskLoadError, load_task
 
     config = await _config(gh, job, root)
-    path, name, file = _locate(root, job.target)
+    path, name, file = locate(root, job.target)
     ref_path, entry, ref_file, kind = _reference(root, job, config, path, name, file)
+    refuse_unexpressible(ref_file, ref_path, entry)
     config_shapes = next((t.shapes for t in config.targets if t.target == job.target), [])
     shapes, origin = choose_shapes(job.options.shapes, job.issue_shapes, config_shapes)
     try:
@@ -155,6 +158,9 @@ async def prepare(gh: Any, job: Job, root: Path, settings: Settings) -> Prepared
     except TaskLoadError as exc:
         raise TargetError(str(exc.args[0]) if exc.args else str(exc),
                           getattr(exc, "hint", "") or f"input shapes came from {origin}") from exc
+    migrated_from = migrated(kind, file, ref_file, path, name)
+    if migrated_from is not None:
+        task = task.model_copy(update={"migrate_from": migrated_from})
     # The harness's entry (a Triton kernel's launcher) and kind drive the published test.
     return Prepared(task, config, ref_path, task.entry_point, kind=task.kind,
                     target_kind=kind)
@@ -190,11 +196,24 @@ async def run_conversion(task: Task, settings: Settings, job: Job, *, core_id: i
         task, settings=settings, model=job.options.model or settings.model,
         backend=job.options.backend or settings.backend, turns=job.options.turns,
         on_turn=on_turn, should_stop=should_stop, target=job.target, on_stage=on_stage,
-        core_id=core_id)
+        core_id=core_id, platform=job_platform(job, settings))
+
+
+def job_platform(job: Job, settings: Settings,
+                 device: Callable[[], str | None] | None = None) -> str:
+    """The generation this job is checked for: repo config, NKIBOT_TARGET, device, trn1.
+
+    Runners on Trn2/Trn3 hosts run the same loop; only the generation differs.
+    """
+    return host_platform(job.options.platform, settings.target,
+                         device or devices.device_generation)
 
 
 async def fail_user(gh: Any, run: CheckRun, job: Job, exc: TargetError) -> None:
     await run.complete("failure", error_output(job.target, exc.message, exc.hint))
+    if job.trigger.kind == "dashboard":
+        await report_row(gh, job, failure_update(job, exc.message, run.html_url))
+        return
     await reply_once(gh, job, error_comment(job.target, exc.message, hint=exc.hint,
                                             check_run_url=run.html_url))
 
@@ -217,6 +236,9 @@ class JobRunner:
     async def execute(self) -> Outcome:
         job = self.job
         await self.run.start(progress_output(job.target, None, elapsed_s=0, stage="starting"))
+        if job.trigger.kind == "dashboard":
+            await report_row(self.gh, job, RowUpdate(job.target, status="running",
+                                                     check_run_url=self.run.html_url))
         try:
             return await self._in_workspace()
         except TargetError as exc:
@@ -277,5 +299,9 @@ class JobRunner:
             pr_url = (await Publisher(self.gh).publish(plan)).pr_url
         self.timings.add("publish", time.monotonic() - t0)
         await self.run.complete(conclusion(result), check_run_output(result, line_offset=offset))
+        if job.trigger.kind == "dashboard":
+            await report_row(self.gh, job, result_update(
+                job, result, pr_url=pr_url, check_run_url=self.run.html_url))
+            return
         await reply_once(self.gh, job, reply_comment(result, pr_url=pr_url,
                                                      check_run_url=self.run.html_url))

@@ -10,8 +10,11 @@ Usage::
         out = nki.simulate(mod.kernel)(a, b)   # or mod.kernel(a, b); mod.kernel[2](a, b)
     stats()  # counters of the last launch
 
-`activate(force=False, target="trn1")` leaves a real installed `nki` alone unless
-`force=True`; our modules carry `__nkibot_sim__ = True`. Inputs are NumPy arrays (bf16/fp8
+`activate(force=False, target=None)` leaves a real installed `nki` alone unless
+`force=True`; our modules carry `__nkibot_sim__ = True`. Generation: `target=` (trn1,
+trn2, trn3), else NEURON_PLATFORM_TARGET_OVERRIDE as the official simulator reads it
+(trn1|inf2|gen2, trn2|gen3, trn3|gen4), else trn3; the rules per generation, each with
+its documentation line, are in `targets.py` (docs/generations.md). Inputs are NumPy arrays (bf16/fp8
 as ml_dtypes arrays); float64 is refused (rule `float64-input`). Inputs a kernel writes are
 updated in place. Results come back as NumPy arrays (a tuple for a tuple). `kernel[2]`
 runs two logical cores serially, `nl.program_id(0)` in {0, 1}; `shared_hbm` outputs are
@@ -23,9 +26,15 @@ destination dtype on write (ml_dtypes, nearest even). New allocations hold NaN (
 `accumulate=True` adds (only onto matmul-written PSUM), `accumulate=None` infers per
 element; reading PSUM out with another engine ends the group. A group's matmuls run as one
 GEMM when the result is first needed (fp32 summation order may differ from eager tiles,
-as on hardware). Live SBUF over 192 KiB or
+as on hardware). Live SBUF over 192/224/256 KiB (trn1/trn2/trn3) or
 PSUM over 16 KiB (8 x 2 KiB banks) per partition is refused; an allocation is live while a
 view of it is referenced (tiles allocated in a loop body recycle each iteration).
+
+Host boundary (opaque.py), as on hardware: tensors have no public backing array; NumPy
+applied to a tensor (`np.exp(t)`, `np.asarray(t)`) raises `host-compute` naming the
+nl/nisa op to use; `bool/int/float/index` of a tensor raise `data-dependent-control`;
+results must be shared_hbm tensors the kernel allocated in this launch (`result-illegal`;
+returning nothing is fine when the kernel writes its inputs in place).
 
 Errors: `ConstraintError` (a hardware rule) and `KernelError` (anything else raised in the
 kernel, rule `kernel-exception`) carry `rule`, `file`, `line`, `fix`; str() reads
@@ -33,7 +42,8 @@ kernel, rule `kernel-exception`) carry `rule`, `file`, `line`, `fix`; str() read
 shape-mismatch, buffer-illegal, out-of-bounds, matmul-contraction, matmul-stationary-free,
 matmul-moving-free, psum-bank, psum-accumulate, psum-capacity, sbuf-capacity,
 dtype-illegal, float64-input, reduce-axis0, reduce-axis, broadcast, read-only,
-view-illegal, op-illegal, arch-unsupported, unsupported.
+view-illegal, op-illegal, arch-unsupported, unsupported, host-compute,
+data-dependent-control, result-illegal.
 
 `stats()` -> {"instructions": {engine: n}, "elements": {engine: n}, "dma_bytes": n,
 "peak_sbuf_bytes_per_partition": n, "peak_psum_bytes_per_partition": n}; engines are
@@ -81,14 +91,18 @@ nisa (nki.isa), dst first, `op`s are nl functions or numpy ufuncs:
                 cmp_op=nl.equal, offset=0)
   tensor_copy_predicated(dst, src, predicate, reverse_pred=False) bn_stats(dst, data)
   bn_aggr(dst, data) exponential(...) (Trn3 only) get_nc_version()
-  enums engine, reduce_cmd, dge_mode, oob_mode, nc_version, matmul_perf_mode
+  enums engine, reduce_cmd, dge_mode, oob_mode, nc_version, matmul_perf_mode, dma_engine
+  ... and every other function of the official nki.isa / nki.language API (scans, selects,
+  top-k, gathers, RNG, registers and nl.fori_loop / nl.while_loop, MX, indirect access
+  through .ap(scalar_offset=, vector_offset=)): see docs/simulator.md.
 """
 
 from __future__ import annotations
 
 from nkibot.sim.errors import ConstraintError, KernelError, SimError
 from nkibot.sim.runtime import Kernel, activate, jit, run, simulate, stats
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 __all__ = [
     "ConstraintError",

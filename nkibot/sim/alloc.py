@@ -7,17 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.sim import dtypes
+from nkibot.sim import dtypes, targets
 from nkibot.sim.errors import fail
 from nkibot.sim.state import current
-from nkibot.sim.tensor import (
-    ON_CHIP,
-    PMAX,
-    PSUM_OTHER,
-    MemoryRegion,
-    NkiTensor,
-    _Allocation,
-)
+from nkibot.sim.storage import ON_CHIP, PMAX, PSUM_OTHER, MemoryRegion, new_allocation
+from nkibot.sim.tensor import NkiTensor
 
 #: `fill=` for internal allocations that are completely written right away (skips the
 #: NaN/4 sentinel pass, which nobody could observe).
@@ -40,9 +34,12 @@ def allocate(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str 
                                              (shape,)))
     dt = dtypes.normalize(dtype)
     reg = region(buffer)
+    st = current()
+    if dtypes.name(dt) in targets.MX_DTYPE_NAMES and not targets.rule("mx_dtypes", st.target):
+        raise fail("dtype-illegal", f"{dtypes.name(dt)} exists on NeuronCore-v4 (trn3) only, "
+                                    f"not {st.target} ({targets.cite('mx_dtypes')})")
     if any(s < 1 for s in shp) or not shp:
         raise fail("out-of-bounds", f"allocation shape {list(shp)} must be non-empty and positive")
-    st = current()
     if reg is MemoryRegion.shared_hbm and st.program > 0:
         return _shared_reuse(st.shared, st, shp, dt)
     tracker = None
@@ -62,7 +59,7 @@ def allocate(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str 
     state = np.zeros(shp, np.uint8) if reg is MemoryRegion.psum else None
     if state is not None and fill is not None and fill is not OVERWRITTEN:
         state.fill(PSUM_OTHER)
-    t = NkiTensor(arr, dt, reg, _Allocation(arr, reg, tracker, nbytes, state), state, name)
+    t = NkiTensor(new_allocation(arr, reg, tracker, nbytes, state, st), dt, reg, name)
     if reg is MemoryRegion.shared_hbm:
         st.shared.append(t)
     return t
@@ -82,4 +79,4 @@ def _shared_reuse(shared: list[Any], st: Any, shp: tuple[int, ...],
 def wrap(arr: np.ndarray[Any, Any], buffer: MemoryRegion, name: str = "") -> NkiTensor:
     """An HBM tensor over a caller's array (writes land in the caller's array)."""
     dt = arr.dtype
-    return NkiTensor(arr, dt, buffer, _Allocation(arr, buffer, None, 0), None, name)
+    return NkiTensor(new_allocation(arr, buffer), dt, buffer, name)

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from nkibot.sim import targets
 from nkibot.sim.errors import SimError
 from nkibot.sim.runtime import activate, simulate, stats
 
@@ -48,22 +49,33 @@ def run(
     inputs: Annotated[list[Path] | None, typer.Option("--inputs", help=".npy inputs")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="where to save the result")] = None,
     lnc: Annotated[int, typer.Option("--lnc", help="logical cores (1 or 2)")] = 1,
+    target: Annotated[str | None, typer.Option(
+        "--target", help="trn1|trn2|trn3 (default: NEURON_PLATFORM_TARGET_OVERRIDE, else "
+                         "trn3, as the official simulator)")] = None,
 ) -> None:
     """Run KERNEL.py::function on .npy inputs and save its result(s)."""
     arrays = [np.load(p) for p in [*(inputs or []), *(more_inputs or [])]]
-    with activate(force=True):
-        try:
-            fn = _load_kernel(kernel)
-        except (ImportError, SyntaxError, AttributeError, SimError) as err:
-            typer.echo(f"error: cannot load {kernel}: {err}", err=True)
-            raise typer.Exit(1) from None
-        try:
-            target = fn[lnc] if lnc != 1 else fn
-            result = simulate(target)(*arrays)
-        except SimError as err:
-            typer.echo(f"error: {err}", err=True)
-            raise typer.Exit(1) from None
+    try:
+        chosen = None if target is None else targets.resolve(target)
+    except ValueError as exc:
+        raise typer.BadParameter("use trn1, trn2 or trn3", param_hint="--target") from exc
+    with activate(force=True, target=chosen):
+        result = _run(kernel, arrays, lnc)
     if out is not None:
         for p in _save(out, result):
             typer.echo(f"wrote {p}")
     typer.echo(json.dumps(stats()))
+
+
+def _run(kernel: str, arrays: list[Any], lnc: int) -> Any:
+    try:
+        fn = _load_kernel(kernel)
+    except (ImportError, SyntaxError, AttributeError, SimError) as err:
+        typer.echo(f"error: cannot load {kernel}: {err}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        launched = fn[lnc] if lnc != 1 else fn
+        return simulate(launched)(*arrays)
+    except SimError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None

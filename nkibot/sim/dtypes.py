@@ -31,24 +31,44 @@ uint16 = np.dtype(np.uint16)
 uint32 = np.dtype(np.uint32)
 bool_ = np.dtype(np.bool_)
 
+# MX (OCP microscaling, NeuronCore-v4): x4 types pack four 8-bit (or 4-bit) elements in
+# one 32-bit (16-bit) word, stored as uint32/uint16 tagged like tfloat32; the scale type
+# float8_e8m0fnu is a biased exponent byte.
+float8_e5m2_x4 = np.dtype(np.uint32, metadata={"nki": "float8_e5m2_x4"})
+float8_e4m3fn_x4 = np.dtype(np.uint32, metadata={"nki": "float8_e4m3fn_x4"})
+float4_e2m1fn_x4 = np.dtype(np.uint16, metadata={"nki": "float4_e2m1fn_x4"})
+float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
+#: Each x4 type's element type.
+MX_ELEMENT: dict[str, Any] = {"float8_e5m2_x4": ml_dtypes.float8_e5m2,
+                              "float8_e4m3fn_x4": ml_dtypes.float8_e4m3fn,
+                              "float4_e2m1fn_x4": ml_dtypes.float4_e2m1fn}
+
 FLOATS = (float32, float16, bfloat16, float8_e4m3, float8_e4m3fn, float8_e5m2)
 INTS = (int8, int16, int32, uint8, uint16, uint32, bool_)
 _BY_NAME: dict[str, np.dtype[Any]] = {
     "float32": float32, "float16": float16, "bfloat16": bfloat16, "tfloat32": tfloat32,
     "float8_e4m3": float8_e4m3, "float8_e4m3fn": float8_e4m3fn, "float8_e5m2": float8_e5m2,
     "int8": int8, "int16": int16, "int32": int32, "uint8": uint8, "uint16": uint16,
-    "uint32": uint32, "bool": bool_, "bool_": bool_,
+    "uint32": uint32, "bool": bool_, "bool_": bool_, "float8_e5m2_x4": float8_e5m2_x4,
+    "float8_e4m3fn_x4": float8_e4m3fn_x4, "float4_e2m1fn_x4": float4_e2m1fn_x4,
+    "float8_e8m0fnu": float8_e8m0fnu,
 }
-_LEGAL = {d.str for d in FLOATS} | {d.str for d in INTS}
+_LEGAL = {d.str for d in FLOATS} | {d.str for d in INTS} | {float8_e8m0fnu.str}
 
 
 def is_tf32(dt: np.dtype[Any]) -> bool:
     return dt.metadata is not None and dt.metadata.get("nki") == "tfloat32"
 
 
+def mx_name(dt: np.dtype[Any]) -> str | None:
+    """The x4 type's name, or None for any other dtype."""
+    tag = dt.metadata.get("nki") if dt.metadata is not None else None
+    return tag if tag in MX_ELEMENT else None
+
+
 def name(dt: np.dtype[Any]) -> str:
-    if is_tf32(dt):
-        return "tfloat32"
+    if dt.metadata is not None and "nki" in dt.metadata:
+        return str(dt.metadata["nki"])
     return "bool_" if dt == bool_ else str(dt.name)
 
 

@@ -2,40 +2,48 @@
 
 Every `nl`/`nisa` instruction goes through these few helpers so that the hardware
 rules (buffers, partition sizes and matching, read-only views) are enforced in one
-place and the per-instruction Python overhead stays small.
+place and the per-instruction Python overhead stays small. Operands are `Stored`
+tensors; their storage is reached through `storage.handle` (tensor.py builds on this
+module, not the other way round).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from nkibot.sim import dtypes
+from nkibot.sim import dtypes, targets
 from nkibot.sim.errors import fail
-from nkibot.sim.psum import settle, unpin
+from nkibot.sim.indirect import scatter
 from nkibot.sim.state import current
-from nkibot.sim.tensor import (
+from nkibot.sim.storage import (
     ON_CHIP,
     PMAX,
     PSUM_DRAINED,
     PSUM_MATMUL,
     PSUM_OTHER,
+    Handle,
     MemoryRegion,
-    NkiTensor,
+    Stored,
+    handle,
+    settle,
+    unpin,
 )
 
 Arr = np.ndarray[Any, Any]
 F32 = np.dtype(np.float32)
+#: Operands keep their own type (NkiTensor in, NkiTensor out).
+T = TypeVar("T", bound=Stored)
 
 
-def tensor(t: Any, op: str, role: str) -> NkiTensor:
-    if not isinstance(t, NkiTensor):
+def tensor(t: T, op: str, role: str) -> T:
+    if not isinstance(t, Stored):
         raise fail("unsupported", f"{op}: {role} must be a tensor, got {type(t).__name__}")
     return t
 
 
-def on_chip(x: Any, op: str, role: str, allow_psum: bool = True) -> NkiTensor:
+def on_chip(x: T, op: str, role: str, allow_psum: bool = True) -> T:
     """A tile operand: SBUF (or PSUM when allowed), partition dim at most 128."""
     t = tensor(x, op, role)
     if t.buffer not in ON_CHIP or (not allow_psum and t.buffer is MemoryRegion.psum):
@@ -48,18 +56,18 @@ def on_chip(x: Any, op: str, role: str, allow_psum: bool = True) -> NkiTensor:
     return t
 
 
-def in_buffer(t: NkiTensor, op: str, role: str, *allowed: MemoryRegion) -> None:
+def in_buffer(t: Stored, op: str, role: str, *allowed: MemoryRegion) -> None:
     if t.buffer not in allowed:
         names = "/".join(a.value for a in allowed)
         raise fail("buffer-illegal", f"{op}: operand '{role}' is {t.describe()}; it must be "
                                      f"in {names}")
 
 
-def free_size(t: NkiTensor) -> int:
+def free_size(t: Stored) -> int:
     return t.size // t.shape[0] if t.shape else 1
 
 
-def same_partitions(op: str, *named: tuple[str, NkiTensor]) -> None:
+def same_partitions(op: str, *named: tuple[str, Stored]) -> None:
     first_role, first = named[0]
     for role, t in named[1:]:
         if t.shape[0] != first.shape[0]:
@@ -68,7 +76,7 @@ def same_partitions(op: str, *named: tuple[str, NkiTensor]) -> None:
                                              f"{first.describe()} has {first.shape[0]}")
 
 
-def same_elements(op: str, *named: tuple[str, NkiTensor]) -> None:
+def same_elements(op: str, *named: tuple[str, Stored]) -> None:
     """Equal partitions and equal elements per partition (shapes may differ otherwise)."""
     same_partitions(op, *named)
     first_role, first = named[0]
@@ -79,56 +87,80 @@ def same_elements(op: str, *named: tuple[str, NkiTensor]) -> None:
                                          f"{first.describe()} has {free_size(first)}")
 
 
-def read(t: NkiTensor, compute: np.dtype[Any] = F32) -> Arr:
+def read(t: Stored, compute: np.dtype[Any] = F32) -> Arr:
     """The operand's values in the compute dtype (no copy when already fp32)."""
-    if t._alloc.pending:
-        settle(t._alloc)
-    st = t._state
-    if st is not None and not t._readonly:
+    h = handle(t)
+    if h.alloc.pending:
+        settle(h.alloc)
+    st = h.state
+    if st is not None and not h.readonly:
         # Reading matmul results out of PSUM ends that accumulation group.
         st[st == PSUM_MATMUL] = PSUM_DRAINED
-    arr = t._arr
+    arr = h.arr
     if arr.dtype == compute:
         return arr
     return arr.astype(compute)
 
 
-def read_native(t: NkiTensor) -> Arr:
-    return read(t, t._arr.dtype)
+def read_native(t: Stored) -> Arr:
+    """The operand's values in its storage dtype."""
+    return read(t, handle(t).arr.dtype)
+
+
+def storage_dtype(t: Stored) -> np.dtype[Any]:
+    """The NumPy dtype the values are stored in (tfloat32 is stored as float32)."""
+    dt: np.dtype[Any] = handle(t).arr.dtype
+    return dt
+
+
+def settled(t: Stored) -> Arr:
+    """The tensor's values with pending matmuls run, without ending a PSUM group."""
+    h = handle(t)
+    settle(h.alloc)
+    return h.arr
+
+
+def storage_of(t: Stored) -> Handle:
+    """The tensor's storage handle (for instructions that keep PSUM state themselves)."""
+    return handle(t)
 
 
 def compute_dtype(*ts: Any) -> np.dtype[Any]:
     """fp32, or int64 when every tensor operand is an integer type (GpSimd integer math)."""
-    tiles = [t for t in ts if isinstance(t, NkiTensor)]
+    tiles = [t for t in ts if isinstance(t, Stored)]
     if tiles and all(not dtypes.is_float(t.dtype) for t in tiles):
         return np.dtype(np.int64)
     return F32
 
 
-def write(dst: NkiTensor, value: Any, op: str) -> None:
+def write(dst: Stored, value: Any, op: str) -> None:
     """Round `value` on write into `dst`, marking PSUM as written by a non-matmul engine."""
-    if dst._readonly:
+    h = handle(dst)
+    if h.readonly:
         raise fail("read-only", f"{op}: cannot write into broadcast view {dst.describe()}")
-    alloc = dst._alloc
+    alloc = h.alloc
+    alloc.written = True
     if alloc.pending:
         settle(alloc)
     if alloc.pinned_by:
         unpin(alloc)
-    arr = dst._arr
+    arr = h.arr
     if isinstance(value, np.ndarray) and value.shape != arr.shape:
         value = value.reshape(arr.shape)
     dtypes.write(arr, value, dst.dtype)
-    if dst._state is not None:
-        dst._state[...] = PSUM_OTHER
+    if type(h) is not Handle:  # an indirect (scatter) view writes through to storage
+        scatter(h)
+    if h.state is not None:
+        h.state[...] = PSUM_OTHER
 
 
 def count(engine: str, elements: int) -> None:
     current().count(engine, elements)
 
 
-def scalar_operand(v: Any, data: NkiTensor, op: str, role: str) -> Any:
+def scalar_operand(v: Any, data: Stored, op: str, role: str) -> Any:
     """A compile-time scalar, or a [P,1] tile broadcast along the free dims of `data`."""
-    if isinstance(v, NkiTensor):
+    if isinstance(v, Stored):
         on_chip(v, op, role)
         if v.shape[0] != data.shape[0] or free_size(v) != 1:
             raise fail("broadcast", f"{op}: '{role}' {v.describe()} must be a scalar or "
@@ -140,10 +172,10 @@ def scalar_operand(v: Any, data: NkiTensor, op: str, role: str) -> Any:
     raise fail("unsupported", f"{op}: '{role}' must be a scalar or a [P,1] tile, got {v!r}")
 
 
-def assign(dst: NkiTensor, value: Any) -> None:
+def assign(dst: Stored, value: Any) -> None:
     """`tile[...] = value`: an on-chip copy (or fill from a scalar) on the Vector engine."""
     on_chip(dst, "setitem", "dst")
-    if isinstance(value, NkiTensor):
+    if isinstance(value, Stored):
         on_chip(value, "setitem", "value")
         if value.shape != dst.shape:
             same_elements("setitem", ("dst", dst), ("value", value))
@@ -151,3 +183,51 @@ def assign(dst: NkiTensor, value: Any) -> None:
     else:
         write(dst, np.float32(value) if dtypes.is_float(dst.dtype) else value, "setitem")
     count("vector", dst.size)
+
+
+def dma(dst: Stored, src: Stored) -> None:
+    """A DMA copy (HBM<->SBUF): same-dtype moves copy bits, others cast through fp32."""
+    value = settled(src) if src.dtype == dst.dtype and not dtypes.is_tf32(dst.dtype) else \
+        read(src)
+    write(dst, value, "dma")
+    st = current()
+    st.count("dma", dst.size)
+    st.counters.dma_bytes += dst.size * dst.dtype.itemsize
+
+
+def reduce_axes(t: Stored, axis: Any, op: str) -> tuple[int, ...]:
+    """Free axes only, and they must be the last contiguous ones."""
+    raw = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    axes = tuple(sorted(int(a) % t.ndim for a in raw))
+    if 0 in axes:
+        raise fail("reduce-axis0", f"{op}: axis={axis!r} reduces the partition axis 0 of "
+                                   f"{t.describe()}")
+    if axes != tuple(range(t.ndim - len(axes), t.ndim)):
+        raise fail("reduce-axis", f"{op}: axis={axis!r} of {t.describe()} is not the last "
+                                  "contiguous free axes")
+    return axes
+
+
+# ---- generation rules (targets.py) -----------------------------------------------------
+def target() -> str:
+    """The generation the current launch runs for: trn1, trn2 or trn3."""
+    return current().target
+
+
+def rule(key: str) -> Any:
+    """A targets.RULES fact for the current launch's generation."""
+    return targets.rule(key, current().target)
+
+
+def arch_refused(key: str, detail: str) -> Exception:
+    """A feature the current generation lacks: arch-unsupported, citing the docs."""
+    t = current().target
+    return fail("arch-unsupported", f"{detail} on {t} ({targets.CORE[t]}); "
+                                    f"{targets.cite(key)}")
+
+
+def require(instruction: str) -> None:
+    """Refuse an instruction the current generation does not have."""
+    t = current().target
+    if not targets.has_instruction(instruction, t):
+        raise arch_refused(instruction, f"{instruction} is not available")

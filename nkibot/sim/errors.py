@@ -49,9 +49,24 @@ FIXES: dict[str, str] = {
     "read-only": "write into a tensor you allocated, not into a broadcast view",
     "view-illegal": "keep the partition dim first and reshape only contiguous views",
     "op-illegal": "pass an nl function (nl.add, nl.exp, ...) or a numpy ufunc as op",
-    "arch-unsupported": "use an instruction that NeuronCore-v2 (Trn1) supports",
+    "arch-unsupported": (
+        "use what the target generation supports (see nkibot/sim/targets.py), or select a "
+        "newer generation with activate(target=...) / NEURON_PLATFORM_TARGET_OVERRIDE"
+    ),
+    "target-unknown": "use trn1, trn2 or trn3 (aliases: inf2/gen2, gen3, gen4)",
     "unsupported": "this construct is not supported by the simulator; rewrite it",
     "kernel-exception": "fix the Python error raised inside the kernel",
+    "host-compute": (
+        "compute on device with nl/nisa instructions; NumPy may only supply dtypes, constants "
+        "and ops passed as op="
+    ),
+    "data-dependent-control": (
+        "keep Python control flow on shapes and Python ints; select per element on device"
+    ),
+    "result-illegal": (
+        "allocate each result with nl.ndarray(shape, dtype, buffer=nl.shared_hbm) in the "
+        "kernel, store into it, and return it"
+    ),
 }
 
 

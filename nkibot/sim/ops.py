@@ -84,8 +84,10 @@ UNARY: dict[str, Callable[[Arr], Arr]] = {
 BINARY: dict[str, Callable[[Arr, Arr], Arr]] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
     "maximum": np.maximum, "minimum": np.minimum, "power": np.power, "fmod": np.fmod,
-    "mod": np.mod, "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
-    "abs_min": lambda a, b: np.minimum(np.abs(a), np.abs(b)),
+    # nl.abs_max / abs_min: the signed input of larger / smaller magnitude, y on ties.
+    "mod": np.mod,
+    "abs_max": lambda a, b: np.where(np.abs(a) > np.abs(b), a, b),
+    "abs_min": lambda a, b: np.where(np.abs(a) < np.abs(b), a, b),
     "equal": lambda a, b: (a == b), "not_equal": lambda a, b: (a != b),
     "less": lambda a, b: (a < b), "less_equal": lambda a, b: (a <= b),
     "greater": lambda a, b: (a > b), "greater_equal": lambda a, b: (a >= b),
@@ -94,6 +96,7 @@ BINARY: dict[str, Callable[[Arr, Arr], Arr]] = {
     "logical_xor": lambda a, b: np.logical_xor(a, b),
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "left_shift": np.left_shift, "right_shift": np.right_shift,
+    "average": lambda a, b: (a + b) * np.float32(0.5),
 }
 BITVEC = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "invert"}
 # Ops that run on the Scalar engine (activation table); the rest are Vector ALU ops.

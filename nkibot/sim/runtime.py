@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import os
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -12,29 +13,69 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.sim import dtypes, isa, language
+from nkibot.sim import dtypes, isa, language, targets
+from nkibot.sim import typing as sim_typing
 from nkibot.sim.alloc import wrap
 from nkibot.sim.errors import KernelError, SimError, fail
-from nkibot.sim.psum import settle
 from nkibot.sim.state import LAST, LOCAL, RunState
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion, handle, values
+from nkibot.sim.tensor import NkiTensor
 
-_TARGET = ["trn1"]
+#: The generation `activate(target=...)` fixed, or None: read the environment per launch.
+_TARGET: list[str | None] = [None]
+
+
+def launch_target() -> str:
+    """The generation a launch runs for: `activate(target=)`, else the official variable.
+
+    As the official simulator (nki/guides/nki_simulator.rst:103-118), the simulator reads
+    NEURON_PLATFORM_TARGET_OVERRIDE (trn1|inf2|gen2, trn2|gen3, trn3|gen4) and defaults
+    to trn3; it is the one environment variable the simulator reads, because kernels and
+    scripts written for the official simulator select their generation with it.
+    """
+    fixed = _TARGET[0]
+    if fixed is not None:
+        return fixed
+    try:
+        return targets.resolve(os.environ.get(targets.ENV_VAR))
+    except ValueError as exc:
+        raise fail("target-unknown", str(exc)) from None
 
 
 class Kernel:
     """A `@nki.jit` kernel; calling it with NumPy arrays runs it on the simulator."""
 
-    def __init__(self, fn: Callable[..., Any], lnc: int = 1) -> None:
+    def __init__(self, fn: Callable[..., Any], lnc: int = 1,
+                 schedule: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> None:
         self.fn = fn
         self.lnc = lnc
+        #: Extra dependency edges (instruction, instructions it waits for); see with_schedule.
+        self.schedule = schedule
         functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid: Any) -> Kernel:
         n = grid if isinstance(grid, int) else int(np.prod(grid))
         if n not in (1, 2):
             raise fail("unsupported", f"launch grid {grid!r}: only LNC 1 or 2 is simulated")
-        return Kernel(self.fn, n)
+        return Kernel(self.fn, n, self.schedule)
+
+    def with_schedule(self, edges: Any) -> Kernel:
+        """This kernel with extra dependency edges: pairs (name, name or [names]).
+
+        The simulator issues instructions in program order, which honours any edge set
+        that agrees with the data flow, so the edges are checked and kept, not enforced.
+        """
+        parsed: list[tuple[str, tuple[str, ...]]] = []
+        for edge in edges:
+            if not isinstance(edge, tuple | list) or len(edge) != 2 or not isinstance(
+                    edge[0], str):
+                raise fail("unsupported", f"with_schedule: edge {edge!r} must be a pair "
+                                          "(name, name or list of names)")
+            deps = (edge[1],) if isinstance(edge[1], str) else tuple(edge[1])
+            if not all(isinstance(d, str) for d in deps):
+                raise fail("unsupported", f"with_schedule: edge {edge!r} names a non-string")
+            parsed.append((edge[0], deps))
+        return Kernel(self.fn, self.lnc, self.schedule + tuple(parsed))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if LOCAL.depth:
@@ -42,7 +83,7 @@ class Kernel:
         return run(self.fn, args, kwargs, self.lnc)
 
 
-def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+def jit(fn: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """`@nki.jit` or `@nki.jit(...)`: options (mode, platform_target, ...) are accepted."""
     if fn is None:
         return lambda f: Kernel(f)
@@ -72,19 +113,39 @@ def _to_tensor(arg: Any, buffer: MemoryRegion, index: int) -> Any:
     return wrap(arr, buffer, f"arg{index}")
 
 
-def _to_numpy(result: Any) -> Any:
-    if isinstance(result, NkiTensor):
-        settle(result._alloc)
-        return np.array(result._arr)
+def _to_numpy(result: Any, state: RunState, where: str = "result",
+              written: tuple[Any, ...] = ()) -> Any:
+    """The kernel's results as NumPy arrays: each a shared_hbm tensor of this launch.
+
+    On hardware only the kernel's own HBM outputs come back to the host; an input, an
+    on-chip tile or a host value cannot be a result (`result-illegal`).
+    """
     if isinstance(result, tuple | list):
-        return tuple(_to_numpy(r) for r in result)
-    return result
+        return tuple(_to_numpy(r, state, f"{where}[{i}]", written)
+                     for i, r in enumerate(result))
+    if result is None:
+        return None
+    if not isinstance(result, NkiTensor):
+        raise fail("result-illegal", f"kernel {where} is a {type(result).__name__}; a kernel "
+                                     "returns the shared_hbm tensors it allocated")
+    if any(handle(result).alloc is handle(t).alloc for t in written):
+        # An output argument the kernel wrote into (nisa.dma_copy's own scatter example
+        # returns its `output` parameter): the caller's array, updated in place.
+        return np.array(values(result))
+    if handle(result).alloc.launch is not state:
+        raise fail("result-illegal", f"kernel {where} {result.describe()} was not allocated "
+                                     "by this launch (an input or a leftover tensor)")
+    if result.buffer is not MemoryRegion.shared_hbm:
+        raise fail("result-illegal", f"kernel {where} is {result.describe()}; results must "
+                                     "be shared_hbm tensors (store on-chip tiles into one)")
+    return np.array(values(result))
 
 
 def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
         lnc: int = 1) -> Any:
     """Run every logical core of one launch serially; errors point at the kernel line."""
-    state = RunState(lnc, _TARGET[0])
+    target = launch_target()
+    state = RunState(lnc, target)
     buffer = MemoryRegion.shared_hbm if lnc > 1 else MemoryRegion.private_hbm
     tensors = tuple(_to_tensor(a, buffer, i) for i, a in enumerate(args))
     targs = {k: _to_tensor(v, buffer, -1) for k, v in kwargs.items()}
@@ -104,8 +165,10 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
         raise err from exc
     finally:
         LOCAL.depth -= 1
-        LOCAL.state = RunState(1, _TARGET[0])
-    return _to_numpy(results[0])
+        LOCAL.state = RunState(1, target)
+    written = tuple(t for t in (*tensors, *targs.values())
+                    if isinstance(t, NkiTensor) and handle(t).alloc.written)
+    return _to_numpy(results[0], state, written=written)
 
 
 def stats() -> dict[str, Any]:
@@ -117,7 +180,7 @@ def _module() -> types.ModuleType:
     mod = types.ModuleType("nki", "nkibot's NKI CPU simulator standing in for `nki`.")
     mod.__path__ = []
     mod.__dict__.update(jit=jit, simulate=simulate, language=language, isa=isa,
-                        __nkibot_sim__=True, __version__="0.4.0+nkibot.sim")
+                        typing=sim_typing, __nkibot_sim__=True, __version__="0.4.0+nkibot.sim")
     return mod
 
 
@@ -135,12 +198,17 @@ def _real_nki_installed() -> bool:
 
 
 @contextlib.contextmanager
-def activate(force: bool = False, target: str = "trn1") -> Iterator[types.ModuleType | None]:
+def activate(force: bool = False,
+             target: str | None = None) -> Iterator[types.ModuleType | None]:
     """Install our `nki`, `nki.language`, `nki.isa` in sys.modules; restore them on exit.
 
-    Yields our `nki` module, or None when a real `nki` is installed and `force` is False
-    (then nothing is touched and kernels import the real package).
+    `target` (trn1|trn2|trn3, or an official alias such as gen2) fixes the generation
+    for launches inside; None leaves it to NEURON_PLATFORM_TARGET_OVERRIDE (default
+    trn3), as the official simulator does. Yields our `nki` module, or None when a real
+    `nki` is installed and `force` is False (then nothing is touched and kernels import
+    the real package).
     """
+    chosen = None if target is None else _checked(target)
     if not force and _real_nki_installed():
         yield None
         return
@@ -148,9 +216,10 @@ def activate(force: bool = False, target: str = "trn1") -> Iterator[types.Module
     saved_target = _TARGET[0]
     for k in saved:
         del sys.modules[k]
-    sys.modules.update({"nki": NKI, "nki.language": language, "nki.isa": isa})
-    _TARGET[0] = target
-    LOCAL.state = RunState(1, target)
+    sys.modules.update({"nki": NKI, "nki.language": language, "nki.isa": isa,
+                        "nki.typing": sim_typing})
+    _TARGET[0] = chosen
+    LOCAL.state = RunState(1, chosen or _default_or_trn1())
     try:
         yield NKI
     finally:
@@ -158,3 +227,19 @@ def activate(force: bool = False, target: str = "trn1") -> Iterator[types.Module
             del sys.modules[k]
         sys.modules.update(saved)
         _TARGET[0] = saved_target
+
+
+def _checked(target: str) -> str:
+    try:
+        return targets.resolve(target)
+    except ValueError:
+        raise fail("target-unknown", f"activate(target={target!r}): use trn1, trn2 or trn3 "
+                                     "(or an official alias: inf2, gen2, gen3, gen4)") from None
+
+
+def _default_or_trn1() -> str:
+    # Instructions called outside a launch (tests poking at nl directly) use this state.
+    try:
+        return launch_target()
+    except SimError:
+        return "trn1"

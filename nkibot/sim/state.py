@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from nkibot.sim import targets
 from nkibot.sim.errors import fail
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+#: trn1's capacities (the other generations' are in targets.RULES).
 SBUF_PARTITION_BYTES = 192 * 1024
 PSUM_PARTITION_BYTES = 16 * 1024
 PSUM_BANK_BYTES = 2 * 1024
@@ -48,29 +50,36 @@ class MemoryTracker:
     double-buffering compiler would. PSUM is handed out in whole 2 KiB banks.
     """
 
-    def __init__(self, counters: Counters) -> None:
+    def __init__(self, counters: Counters, target: str = "trn1") -> None:
         self.sbuf = 0
         self.psum = 0
         self.counters = counters
+        self.target = target
+        self.sbuf_limit: int = targets.rule("sbuf_partition_bytes", target)
+        self.psum_limit: int = targets.rule("psum_partition_bytes", target)
 
     def take(self, buffer: str, nbytes: int, shape: tuple[int, ...], dtype: object) -> int:
         if buffer == "psum":
             nbytes = -(-nbytes // PSUM_BANK_BYTES) * PSUM_BANK_BYTES
-            if self.psum + nbytes > PSUM_PARTITION_BYTES:
+            if self.psum + nbytes > self.psum_limit:
                 raise fail(
                     "psum-capacity",
                     f"allocating psum tile {shape} {dtype} ({nbytes} B/partition) with "
-                    f"{self.psum} B/partition live exceeds PSUM's 16 KiB (8 banks) per partition",
+                    f"{self.psum} B/partition live exceeds PSUM's {self.psum_limit // 1024} KiB "
+                    f"({self.psum_limit // PSUM_BANK_BYTES} banks) per partition on "
+                    f"{self.target}",
                 )
             self.psum += nbytes
             c = self.counters
             c.peak_psum_bytes_per_partition = max(c.peak_psum_bytes_per_partition, self.psum)
         else:
-            if self.sbuf + nbytes > SBUF_PARTITION_BYTES:
+            if self.sbuf + nbytes > self.sbuf_limit:
                 raise fail(
                     "sbuf-capacity",
                     f"allocating sbuf tile {shape} {dtype} ({nbytes} B/partition) with "
-                    f"{self.sbuf} B/partition live exceeds SBUF's 192 KiB per partition",
+                    f"{self.sbuf} B/partition live exceeds SBUF's {self.sbuf_limit // 1024} KiB "
+                    f"per partition on {self.target} "
+                    f"({targets.RULES['sbuf_partition_bytes'].source})",
                 )
             self.sbuf += nbytes
             c = self.counters
@@ -89,7 +98,7 @@ class RunState:
 
     def __init__(self, lnc: int = 1, target: str = "trn1") -> None:
         self.counters = Counters()
-        self.memory = MemoryTracker(self.counters)
+        self.memory = MemoryTracker(self.counters, target)
         self.lnc = lnc
         self.program = 0
         self.target = target

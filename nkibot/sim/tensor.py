@@ -1,40 +1,35 @@
-"""`NkiTensor`: a shape, dtype and buffer over a NumPy view of its allocation's storage.
+"""`NkiTensor`: a shape, dtype and buffer over a storage handle (see storage.py).
 
 Views (slices, `nl.ds`, `reshape`, `permute`, `ap`, `broadcast_to`) share storage and
-are bounds-checked here, because NumPy silently truncates out-of-range slices. PSUM
-tensors carry a parallel uint8 view recording how each element was last written
-(see `PSUM_*`), which the matmul accumulation rules read.
+are bounds-checked here, because NumPy silently truncates out-of-range slices. Writes
+through `t[...] = v` are Vector-engine copies (engines.assign).
 """
 
 from __future__ import annotations
 
 import operator
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from nkibot.sim import dtypes
+from nkibot.sim.engines import assign
 from nkibot.sim.errors import fail
-from nkibot.sim.state import MemoryTracker
+from nkibot.sim.indirect import (
+    IndirectHandle,
+    dynamic_ap,
+    indirect,
+    rearrange_plan,
+    scalar_value,
+    vector_select,
+    view_offset,
+)
+from nkibot.sim.opaque import numpy_refused, ufunc_name, values_refused
+from nkibot.sim.state import LOCAL
+from nkibot.sim.storage import PMAX, Handle, MemoryRegion, Stored, handle, values
+from nkibot.sim.views import access_pattern
 
-PMAX = 128
-# PSUM element state: never written / written by a non-matmul instruction / by a matmul
-# / by a matmul and since read out by another engine (the next group starts afresh).
-PSUM_NEVER, PSUM_OTHER, PSUM_MATMUL, PSUM_DRAINED = 0, 1, 2, 3
-
-
-class MemoryRegion(Enum):
-    """Where a tensor lives."""
-
-    sbuf = "sbuf"
-    psum = "psum"
-    private_hbm = "private_hbm"
-    shared_hbm = "shared_hbm"
-
-
-ON_CHIP = (MemoryRegion.sbuf, MemoryRegion.psum)
-
+__all__ = ["PMAX", "DynSlice", "MemoryRegion", "NkiTensor"]
 
 class DynSlice:
     """`nl.ds(start, size)`: `size` elements from `start`."""
@@ -48,64 +43,16 @@ class DynSlice:
         return slice(self.start, self.start + self.size * self.step, self.step)
 
 
-class _Allocation:
-    """Owns one allocation's storage; returns its bytes to the tracker when collected."""
+class NkiTensor(Stored):
+    """A tensor (HBM) or tile (SBUF/PSUM): shape, dtype and buffer over a storage handle."""
 
-    __slots__ = ("__weakref__", "base", "nbytes", "pending", "pinned_by", "region", "state",
-                 "tracker")
-
-    def __init__(self, base: np.ndarray[Any, Any], region: MemoryRegion,
-                 tracker: MemoryTracker | None, nbytes: int,
-                 state: np.ndarray[Any, Any] | None = None) -> None:
-        self.base, self.region, self.tracker, self.nbytes = base, region, tracker, nbytes
-        self.state = state
-        #: PSUM: matmul groups not yet computed (see psum.py); SBUF: PSUM allocations
-        #: whose pending matmuls still view this storage.
-        self.pending: list[Any] | None = None
-        self.pinned_by: list[Any] | None = None
-
-    def __del__(self) -> None:
-        if self.tracker is not None:
-            self.tracker.give(self.region.value, self.nbytes)
-
-
-class NkiTensor:
-    """A tensor (HBM) or tile (SBUF/PSUM): shape, dtype, buffer and a view of storage."""
-
-    __slots__ = ("__weakref__", "_alloc", "_arr", "_readonly", "_state", "buffer", "dtype",
-                 "name", "shape")
-
-    def __init__(self, arr: np.ndarray[Any, Any], dtype: np.dtype[Any], buffer: MemoryRegion,
-                 alloc: _Allocation, state: np.ndarray[Any, Any] | None = None,
-                 name: str = "", readonly: bool = False) -> None:
-        self._arr = arr
-        self._alloc = alloc
-        self._state = state
-        self._readonly = readonly
-        self.shape: tuple[int, ...] = arr.shape
-        self.dtype = dtype
-        self.buffer = buffer
-        self.name = name
+    __slots__ = ()
 
     # ---- description ----------------------------------------------------------------
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(self._arr.size)
-
-    @property
     def strides(self) -> tuple[int, ...]:
-        return tuple(s // self._arr.itemsize for s in self._arr.strides)
-
-    @property
-    def on_chip(self) -> bool:
-        return self.buffer in ON_CHIP
-
-    def describe(self) -> str:
-        return f"{self.buffer.value}{list(self.shape)} {dtypes.name(self.dtype)}"
+        arr = handle(self).arr
+        return tuple(s // arr.itemsize for s in arr.strides)
 
     def __repr__(self) -> str:
         return f"NkiTensor({self.describe()})"
@@ -113,31 +60,53 @@ class NkiTensor:
     def __len__(self) -> int:
         return self.shape[0]
 
+    # ---- the host boundary (opaque.py): no values for host code ----------------------
     def __bool__(self) -> bool:
-        # `assert nl.equal(a, b)` in the docs' examples means "all elements true".
-        from nkibot.sim.psum import settle
+        if LOCAL.depth == 0:
+            # Host code outside any kernel launch: the API docs' examples test results
+            # with `assert nl.equal(a, expected)` (all elements true). In a kernel, no.
+            return bool(np.all(values(self)))
+        raise values_refused("bool", self.describe())
 
-        settle(self._alloc)
-        return bool(np.all(self._arr))
+    def __int__(self) -> int:
+        raise values_refused("int", self.describe())
+
+    def __float__(self) -> float:
+        raise values_refused("float", self.describe())
+
+    def __complex__(self) -> complex:
+        raise values_refused("complex", self.describe())
+
+    def __index__(self) -> int:
+        raise values_refused("index", self.describe())
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise numpy_refused("NumPy conversion", "asarray", self.describe())
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        raise numpy_refused("NumPy ufunc", ufunc_name(ufunc), self.describe())
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        raise numpy_refused("NumPy function", ufunc_name(func), self.describe())
 
     def _derive(self, arr: np.ndarray[Any, Any], state: np.ndarray[Any, Any] | None,
                 readonly: bool = False, dtype: np.dtype[Any] | None = None) -> NkiTensor:
-        return NkiTensor(arr, self.dtype if dtype is None else dtype, self.buffer, self._alloc,
-                         state, self.name, readonly or self._readonly)
+        h = handle(self)
+        return NkiTensor(Handle(arr, h.alloc, state, readonly or h.readonly),
+                         self.dtype if dtype is None else dtype, self.buffer, self.name)
 
     # ---- indexing -------------------------------------------------------------------
     def __getitem__(self, key: Any) -> NkiTensor:
         np_key = self._np_key(key)
-        arr = self._arr[np_key]
-        state = None if self._state is None else self._state[np_key]
+        h = handle(self)
+        arr = h.arr[np_key]
+        state = None if h.state is None else h.state[np_key]
         if self.on_chip and arr.ndim < 2:
             arr = arr.reshape(arr.shape + (1,) * (2 - arr.ndim))
             state = None if state is None else state.reshape(arr.shape)
         return self._derive(arr, state)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        from nkibot.sim.engines import assign
-
         assign(self[key], value)
 
     def _np_key(self, key: Any) -> tuple[Any, ...]:
@@ -187,20 +156,22 @@ class NkiTensor:
         if self.on_chip and new[0] != self.shape[0]:
             raise fail("view-illegal", f"reshape {self.describe()} to {list(new)} changes the "
                                        "partition dim")
+        h = handle(self)
         try:
-            arr = np.reshape(self._arr, new, copy=False)
+            arr = np.reshape(h.arr, new, copy=False)
         except ValueError as exc:
             raise fail("view-illegal",
                        f"cannot reshape {self.describe()} to {list(new)}: {exc}") from None
-        state = None if self._state is None else np.reshape(self._state, new, copy=False)
+        state = None if h.state is None else np.reshape(h.state, new, copy=False)
         return self._derive(arr, state)
 
     def permute(self, dims: Any) -> NkiTensor:
         order = tuple(operator.index(d) for d in dims)
         if sorted(order) != list(range(self.ndim)) or (self.on_chip and order[0] != 0):
             raise fail("view-illegal", f"permute {order} of {self.describe()}")
-        state = None if self._state is None else self._state.transpose(order)
-        return self._derive(self._arr.transpose(order), state)
+        h = handle(self)
+        state = None if h.state is None else h.state.transpose(order)
+        return self._derive(h.arr.transpose(order), state)
 
     def broadcast_to(self, shape: Any) -> NkiTensor:
         new = tuple(operator.index(s) for s in shape)
@@ -209,8 +180,9 @@ class NkiTensor:
             raise fail("broadcast", f"cannot broadcast {self.describe()} to {list(new)}")
         if self.on_chip and new[0] > PMAX:
             raise fail("partition-dim", f"broadcast to {list(new)}: partition dim over 128")
-        state = None if self._state is None else np.broadcast_to(self._state, new)
-        return self._derive(np.broadcast_to(self._arr, new), state, readonly=True)
+        h = handle(self)
+        state = None if h.state is None else np.broadcast_to(h.state, new)
+        return self._derive(np.broadcast_to(h.arr, new), state, readonly=True)
 
     def broadcast(self, dim: int, size: int) -> NkiTensor:
         if self.on_chip and dim == 0:
@@ -243,7 +215,12 @@ class NkiTensor:
         key[dim] = slice(start, end, step)
         return self[tuple(key)]
 
-    def select(self, dim: int, index: int) -> NkiTensor:
+    def select(self, dim: int, index: Any) -> NkiTensor:
+        if not isinstance(index, int):  # a runtime index (a tensor or register)
+            if self.on_chip and dim == 0:
+                raise fail("view-illegal", "dynamic select on the partition dim of an "
+                                           "on-chip tensor")
+            index = scalar_value(index, "select")
         key: list[Any] = [slice(None)] * self.ndim
         key[dim] = index
         return self[tuple(key)]
@@ -251,7 +228,7 @@ class NkiTensor:
     def view(self, dtype: Any) -> NkiTensor:
         dt = dtypes.normalize(dtype)
         try:
-            arr = self._arr.view(dt)
+            arr = handle(self).arr.view(dt)
         except ValueError as exc:
             raise fail("view-illegal", f"view {self.describe()} as {dt}: {exc}") from None
         return self._derive(arr, None, dtype=dt)
@@ -260,8 +237,42 @@ class NkiTensor:
 
     def ap(self, pattern: Any, offset: int | None = None, scalar_offset: Any = None,
            vector_offset: Any = None, indirect_dim: int = 0, dtype: Any = None) -> NkiTensor:
+        dt = self.dtype if dtype is None else dtypes.normalize(dtype)
         if scalar_offset is not None or vector_offset is not None:
-            raise fail("unsupported", "indirect .ap(scalar_offset/vector_offset) access")
-        from nkibot.sim.views import access_pattern
+            h = dynamic_ap(self, pattern, offset, scalar_offset, vector_offset, indirect_dim, dt)
+            return NkiTensor(h, dt, self.buffer, self.name)
+        arr, state = access_pattern(handle(self), self.on_chip, self.describe(), pattern,
+                                    offset, dt)
+        return self._derive(arr, state, dtype=dt)
 
-        return access_pattern(self, pattern, offset, dtype)
+    # ---- access patterns (nki/deep-dives/nki-aps.rst) -----------------------------
+    @property
+    def offset(self) -> int:
+        """Element offset of this view from the start of its storage."""
+        return view_offset(self)
+
+    def get_pattern(self) -> list[list[int]]:
+        """The view as `[[stride, count], ...]`, one pair per dimension."""
+        return [[int(s), int(n)] for s, n in zip(self.strides, self.shape, strict=True)]
+
+    def is_contiguous(self) -> bool:
+        return bool(handle(self).arr.flags.c_contiguous)
+
+    def is_indirect(self) -> bool:
+        return isinstance(handle(self), IndirectHandle)
+
+    def rearrange(self, src_pattern: Any, dst_pattern: Any,
+                  fixed_sizes: dict[str, int] | None = None) -> NkiTensor:
+        """einops-style split / reorder / merge, as views."""
+        split, order, merged = rearrange_plan(self.shape, src_pattern, dst_pattern, fixed_sizes)
+        out = self.reshape(split).permute(order)
+        return out if merged == out.shape else out.reshape(merged)
+
+    def vector_select(self, dim: int, vector_offset: Any) -> NkiTensor:
+        """Partition p of the result reads index vector_offset[p] of dim 0 (a gather)."""
+        return NkiTensor(vector_select(self, dim, vector_offset), self.dtype, self.buffer,
+                         self.name)
+
+    def indirect(self, index: Any, num_elem: int | None = None) -> NkiTensor:
+        """Tensor indirection (Trn3): columns at the offsets held in `index`."""
+        return NkiTensor(indirect(self, index, num_elem), self.dtype, self.buffer, self.name)

@@ -2,31 +2,32 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nkibot.sim import dtypes
 from nkibot.sim.errors import fail
+from nkibot.sim.storage import PMAX, Handle
 
-if TYPE_CHECKING:
-    from nkibot.sim.tensor import NkiTensor
+Arr = np.ndarray[Any, Any]
 
 
-def _address(arr: np.ndarray[Any, Any]) -> int:
+def _address(arr: Arr) -> int:
     return int(arr.__array_interface__["data"][0])
 
 
-def access_pattern(t: NkiTensor, pattern: Any, offset: int | None,
-                   dtype: Any) -> NkiTensor:
-    """Address the tensor's whole allocation with element strides, bounds-checked."""
-    base = t._alloc.base
-    dt = t.dtype if dtype is None else dtypes.normalize(dtype)
+def access_pattern(h: Handle, on_chip: bool, what: str, pattern: Any, offset: int | None,
+                   dt: np.dtype[Any]) -> tuple[Arr, Arr | None]:
+    """Address the handle's whole allocation with element strides, bounds-checked.
+
+    Returns the values view and, when the dtype is unchanged, the PSUM state view.
+    """
+    base = h.alloc.base
     flat = base.reshape(-1)
     if dt.itemsize != base.itemsize:
         flat = flat.view(dt)
-    start = (_address(t._arr) - _address(base)) // dt.itemsize + (offset or 0)
+    start = (_address(h.arr) - _address(base)) // dt.itemsize + (offset or 0)
     pairs = [(int(p[0]), int(p[1])) for p in pattern]
     counts = tuple(c for _, c in pairs)
     lo = start + sum(min(0, (c - 1) * s) for s, c in pairs)
@@ -34,12 +35,12 @@ def access_pattern(t: NkiTensor, pattern: Any, offset: int | None,
     if any(c < 1 for c in counts) or lo < 0 or hi >= flat.size:
         raise fail("out-of-bounds", f".ap(pattern={[list(p) for p in pairs]}, offset={offset}) "
                                     f"addresses elements {lo}..{hi} of an allocation of "
-                                    f"{flat.size} ({t.describe()})")
-    if t.on_chip and counts[0] > 128:
+                                    f"{flat.size} ({what})")
+    if on_chip and counts[0] > PMAX:
         raise fail("partition-dim", f".ap pattern partition count {counts[0]} exceeds 128")
     arr = as_strided(flat[start:], shape=counts, strides=[s * dt.itemsize for s, _ in pairs])
     state = None
-    sbase = t._alloc.state
-    if sbase is not None and dt == t.dtype:
+    sbase = h.alloc.state
+    if sbase is not None and dt == h.arr.dtype:
         state = as_strided(sbase.reshape(-1)[start:], shape=counts, strides=[s for s, _ in pairs])
-    return t._derive(arr, state, dtype=dt)
+    return arr, state

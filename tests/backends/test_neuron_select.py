@@ -59,3 +59,27 @@ class TestSelectBackend:
         """On this CI host (no device, no SDK) neuron is unavailable."""
         with pytest.raises(BackendUnavailable):
             select_backend("neuron", sim_factory=_sim)
+
+
+class TestGeneration:
+    def test_neuron_backend_takes_the_device_generation(self, tmp_path: Path) -> None:
+        """On a Trn2 host the neuron backend compiles for trn2 and says Trn2 hardware."""
+        from nkibot.backends.neuron.backend import device_env, measured_on
+
+        backend = select_backend("neuron", problems=list, cache_dir=tmp_path,
+                                 platform="trn1", device_platform=lambda: "trn2")
+        assert isinstance(backend, NeuronBackend) and backend.platform == "trn2"
+        env = device_env(0, tmp_path, platform=backend.platform)
+        assert env["NEURON_PLATFORM_TARGET_OVERRIDE"] == "trn2"
+        assert measured_on("trn2") == "Trn2 hardware"
+
+    def test_without_a_device_answer_the_request_stands(self, tmp_path: Path) -> None:
+        backend = select_backend("neuron", problems=list, cache_dir=tmp_path,
+                                 platform="trn3", device_platform=lambda: None)
+        assert isinstance(backend, NeuronBackend) and backend.platform == "trn3"
+
+    def test_sim_backend_gets_the_requested_generation(self) -> None:
+        from nkibot.backends.sim import SimBackend
+
+        backend = select_backend("sim", platform="trn2")
+        assert isinstance(backend, SimBackend) and backend.platform == "trn2"

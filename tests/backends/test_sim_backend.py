@@ -149,3 +149,31 @@ class TestProfile:
         assert result.kernel is None
         assert isinstance(result.sim_stats.get("dma_bytes"), int)
         assert result.sim_stats["dma_bytes"] > 0
+
+
+RELU_SCALAR_BIAS = '''
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def relu_kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        tile = nl.load(x[i * 128:(i + 1) * 128, :])
+        nisa.activation(dst=tile, op=nl.relu, data=tile, bias=0.0)
+        nl.store(out[i * 128:(i + 1) * 128, :], value=tile)
+    return out
+'''
+
+
+class TestPlatform:
+    def test_generation_rules_reach_the_sandboxed_simulator(self, relu_task: Task,
+                                                            relu_ref: ReferenceSet) -> None:
+        """A scalar activation bias is refused for trn1 and verified for trn2 (ISA:1406)."""
+        trn1 = SimBackend(platform="trn1").compile(RELU_SCALAR_BIAS, relu_task)
+        assert not trn1.ok
+        assert any(d.rule == "arch-unsupported" and "trn1" in d.message
+                   for d in trn1.diagnostics), trn1.log
+        assert SimBackend(platform="trn2").verify(RELU_SCALAR_BIAS, relu_task, relu_ref).passed

@@ -205,9 +205,10 @@ class TestGitHubFaults:
 
 
 SCENARIOS = ["issue_comment_created_issue", "issue_comment_created_pr", "issues_labeled",
+             "issues_edited",
              "check_run_rerequested", "installation"]
 KINDS = ("ignore", "help", "usage", "denied", "config_error", "no_targets", "enqueue", "retry",
-         "cancel")
+         "cancel", "scan", "dashboard")
 junk = st.none() | st.integers() | st.text(max_size=30) | st.lists(st.integers(), max_size=2)
 
 

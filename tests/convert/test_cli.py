@@ -133,7 +133,8 @@ class TestSummary:
             verify=VerifyResult(passed=True, trials=[TrialStats(trial=0, seed=0, passed=True,
                                                                 max_abs_error=1e-6)]))
         lines = summary_lines(result, [Path("out/k.py")])
-        assert lines[0] == "VERIFIED: m.py::M (SIMULATED on nkibot-sim (no hardware))"
+        assert lines[0] == ("VERIFIED: m.py::M (SIMULATED on nkibot-sim (no hardware); "
+                            "checked for trn1)")
         assert "verification: 1/1 trials passed, max abs error 1e-06" in lines
         assert lines[-1] == "wrote out/k.py"
 

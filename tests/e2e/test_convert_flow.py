@@ -25,6 +25,7 @@ class TestConvertFlow:
         assert statuses[-1] == "completed" and run["conclusion"] == "success"
         summary = run["output"]["summary"]
         assert "trials passed" in summary and "simulator: not a latency measurement" in summary
+        assert "checked for: trn1 (NeuronCore-v2)" in summary  # no device, no setting
         assert "### Transcript" in run["output"]["text"]
 
         files = stack.github.files_at(REPO, "nki/src-models-norm-rmsnorm")

@@ -212,3 +212,4 @@ def list_check_runs(d: GitHubDouble, r: Req) -> Response:
 
 # The git, contents and pulls routes register themselves on import.
 from tests.fakes import github_git_routes as _git_routes  # noqa: E402, F401
+from tests.fakes import github_issue_routes as _issue_routes  # noqa: E402, F401

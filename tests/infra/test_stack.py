@@ -155,3 +155,80 @@ class TestCfnLint:
 
         matches = lint_file(path)
         assert matches == [], "\n".join(str(m) for m in matches)
+
+
+def _user_data_text(template: Template) -> str:
+    [lt] = _resources(template, "AWS::EC2::LaunchTemplate").values()
+    return json.dumps(lt["Properties"]["LaunchTemplateData"]["UserData"])
+
+
+class TestRunnerFamily:
+    def test_default_family_is_trn1(self, template: Template) -> None:
+        """Without context the runner is a trn1 and checks kernels for trn1."""
+        assert "NKIBOT_TARGET=$TARGET" in _user_data_text(template)
+        assert 'TARGET=\\"trn1\\"' in _user_data_text(template)
+
+    def test_trn2_family_sets_instance_and_target(self, tmp_path: Path) -> None:
+        """runnerInstanceFamily=trn2 gives a trn2 instance whose runner checks for trn2."""
+        image = tmp_path / "image"
+        image.mkdir()
+        (image / "Dockerfile").write_text("FROM python:3.11-slim\n")
+        cdk_context = json.loads((INFRA / "cdk.json").read_text())["context"]
+        app = App(outdir=str(tmp_path / "out"),
+                  context={**cdk_context, "runnerInstanceFamily": "trn2"})
+        template = Template.from_stack(NkibotStack(app, "NkibotTrn2", image_context=image))
+        [lt] = _resources(template, "AWS::EC2::LaunchTemplate").values()
+        assert lt["Properties"]["LaunchTemplateData"]["InstanceType"] == "trn2.48xlarge"
+        assert 'TARGET=\\"trn2\\"' in _user_data_text(template)
+
+    @pytest.mark.parametrize(("family", "given", "error"), [
+        ("trn4", None, "use trn1, trn2 or trn3"),
+        ("trn3", None, "set runnerInstanceType too"),
+        ("trn2", "trn1.32xlarge", "is not a trn2 instance"),
+    ])
+    def test_bad_family_or_type_is_refused(self, family: str, given: str | None,
+                                           error: str) -> None:
+        from nkibot_infra.stack import runner_instance_type
+
+        with pytest.raises(ValueError, match=error):
+            runner_instance_type(family, given)
+
+    def test_family_variants_accepted(self) -> None:
+        from nkibot_infra.stack import runner_instance_type
+
+        assert runner_instance_type("trn1", "trn1n.32xlarge") == "trn1n.32xlarge"
+        assert runner_instance_type("trn3", "trn3.48xlarge") == "trn3.48xlarge"
+
+
+class TestSecretsHygiene:
+    """The runner's secrets file is readable by the runner's uid alone (docs/security.md)."""
+
+    @pytest.fixture(scope="class")
+    def user_data(self, template: Template) -> str:
+        [lt] = _resources(template, "AWS::EC2::LaunchTemplate").values()
+        return str(json.loads(json.dumps(lt["Properties"]["LaunchTemplateData"]["UserData"])))
+
+    def test_secrets_file_is_owner_only(self, user_data: str) -> None:
+        """fetch-secrets writes 0400 nkibot:nkibot in a 0700 directory, never group-readable."""
+        for needle in ("install -d -m 0700 -o nkibot -g nkibot /run/nkibot", "umask 0377",
+                       "chown nkibot:nkibot /run/nkibot/secrets.env.new",
+                       "chmod 0400 /run/nkibot/secrets.env.new"):
+            assert needle in user_data, needle
+        assert "chmod 0640" not in user_data and "chgrp" not in user_data
+
+    def test_sandbox_uid_is_separate(self, user_data: str) -> None:
+        """A dedicated sandbox user exists and is never added to the nkibot group."""
+        assert "useradd --system --no-create-home --shell /usr/sbin/nologin nkibot-sandbox" \
+            in user_data
+        assert "usermod -aG nkibot" not in user_data
+
+    def test_unit_reads_secrets_into_memory(self, user_data: str) -> None:
+        """The unit names the file for the runner to read; it is no EnvironmentFile."""
+        unit = (INFRA / "systemd" / "nkibot-runner.service").read_text()
+        assert "Environment=NKIBOT_SECRETS_FILE=/run/nkibot/secrets.env" in unit
+        assert "EnvironmentFile=-/run/nkibot/secrets.env" not in unit
+        assert "secrets.env" not in "".join(
+            ln for ln in unit.splitlines() if ln.startswith("EnvironmentFile"))
+        for needle in ("UMask=0077", "LimitCORE=0", "NoNewPrivileges=yes"):
+            assert needle in unit, needle
+        assert "NKIBOT_SECRETS_FILE=/run/nkibot/secrets.env" in user_data

@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture
 def nki(kernel_backend_name: str) -> Iterator[ModuleType]:
     """Our `nki` on the sim backend (real `nki` on neuron), with sys.modules restored after."""
-    with activate(force=kernel_backend_name == "sim") as mod:
+    with activate(force=kernel_backend_name == "sim", target="trn1") as mod:
         if mod is None:
             import nki as real
 

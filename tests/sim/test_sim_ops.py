@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from nkibot.sim import ConstraintError, dtypes, ops
+from nkibot.sim.storage import values as peek  # white-box: the tests read storage
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def nisa(nki: ModuleType) -> ModuleType:
 def tile(nl: ModuleType, values: Any, dtype: Any = None) -> Any:
     arr = np.asarray(values, dtype=np.float32)
     t = nl.ndarray(arr.shape, dtype=nl.float32 if dtype is None else dtype, buffer=nl.sbuf)
-    t._arr[...] = arr.astype(t._arr.dtype)
+    peek(t)[...] = arr.astype(peek(t).dtype)
     return t
 
 
@@ -42,9 +43,9 @@ class TestMath:
         """gelu (erf) and gelu_apprx_tanh match their closed forms."""
         x = np.linspace(-4, 4, 64, dtype=np.float32).reshape(2, 32)
         exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.ravel()])
-        np.testing.assert_allclose(nl.gelu(tile(nl, x))._arr.ravel(), exact, atol=1e-6)
+        np.testing.assert_allclose(peek(nl.gelu(tile(nl, x))).ravel(), exact, atol=1e-6)
         approx = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
-        np.testing.assert_allclose(nl.gelu_apprx_tanh(tile(nl, x))._arr, approx, atol=1e-6)
+        np.testing.assert_allclose(peek(nl.gelu_apprx_tanh(tile(nl, x))), approx, atol=1e-6)
 
     @pytest.mark.parametrize("name,ref", [
         ("silu", lambda x: x / (1 + np.exp(-x))),
@@ -57,7 +58,7 @@ class TestMath:
         """Activation functions agree with their NumPy definitions."""
         x = np.linspace(-5, 5, 40, dtype=np.float32).reshape(4, 10)
         arg = np.abs(x) + 1 if name == "rsqrt" else x
-        got = getattr(nl, name)(tile(nl, arg))._arr
+        got = peek(getattr(nl, name)(tile(nl, arg)))
         np.testing.assert_allclose(got, ref(x), rtol=1e-5, atol=1e-6)
 
     def test_promotion_rules(self) -> None:
@@ -77,14 +78,14 @@ class TestMath:
         """Writing into a tfloat32 tile keeps 10 mantissa bits."""
         t = nl.ndarray((1, 1), dtype=nl.tfloat32, buffer=nl.sbuf)
         t[...] = 1.0 + 2.0**-12
-        assert float(t._arr[0, 0]) == 1.0
+        assert float(peek(t)[0, 0]) == 1.0
 
     def test_int_tensor_tensor_is_exact(self, nl: ModuleType, nisa: ModuleType) -> None:
         """int32 arithmetic is native integer math, exact beyond fp32's 24 bits."""
         a = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
-        a._arr[...] = 2**30 + 1
+        peek(a)[...] = 2**30 + 1
         nisa.tensor_tensor(dst=a, data1=a, data2=a, op=np.add)
-        assert int(a._arr[0, 0]) == 2**31 + 2 - 2**32
+        assert int(peek(a)[0, 0]) == 2**31 + 2 - 2**32
 
 
 class TestReductions:
@@ -93,28 +94,28 @@ class TestReductions:
         x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
         t = tile(nl, x)
         assert nl.sum(t, axis=(1, 2)).shape == (2, 1)
-        np.testing.assert_array_equal(nl.max(t, axis=2, keepdims=True)._arr,
+        np.testing.assert_array_equal(peek(nl.max(t, axis=2, keepdims=True)),
                                       x.max(2, keepdims=True))
-        np.testing.assert_allclose(nl.mean(t, axis=2)._arr, x.mean(2))
+        np.testing.assert_allclose(peek(nl.mean(t, axis=2)), x.mean(2))
         assert nl.var(t, axis=2).shape == (2, 3, 1)
 
     def test_softmax_and_rms_norm(self, nl: ModuleType) -> None:
         """nl.softmax and nl.rms_norm follow their definitions."""
         x = np.random.default_rng(0).standard_normal((4, 16), dtype=np.float32)
         e = np.exp(x - x.max(1, keepdims=True))
-        np.testing.assert_allclose(nl.softmax(tile(nl, x), axis=1)._arr,
+        np.testing.assert_allclose(peek(nl.softmax(tile(nl, x), axis=1)),
                                    e / e.sum(1, keepdims=True), rtol=1e-6)
         w = np.full((4, 16), 2.0, np.float32)
         want = x / np.sqrt((x * x).mean(1, keepdims=True) + 1e-6) * 2
-        np.testing.assert_allclose(nl.rms_norm(tile(nl, x), tile(nl, w), axis=1, n=16)._arr,
+        np.testing.assert_allclose(peek(nl.rms_norm(tile(nl, x), tile(nl, w), axis=1, n=16)),
                                    want, rtol=1e-5)
 
     def test_where_and_comparisons(self, nl: ModuleType) -> None:
         """nl.greater yields 1/0 and nl.where selects by it."""
         a, b = tile(nl, [[1, 5, 3]]), tile(nl, [[2, 2, 2]])
         cond = nl.greater(a, b)
-        np.testing.assert_array_equal(cond._arr, [[0, 1, 1]])
-        np.testing.assert_array_equal(nl.where(cond, a, 0.0)._arr, [[0, 5, 3]])
+        np.testing.assert_array_equal(peek(cond), [[0, 1, 1]])
+        np.testing.assert_array_equal(peek(nl.where(cond, a, 0.0)), [[0, 5, 3]])
 
 
 class TestIsa:
@@ -125,7 +126,7 @@ class TestIsa:
         dst = nl.ndarray((2, 2), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_scalar(dst, data, np.subtract, col, reverse0=True, op1=nl.multiply,
                            operand1=2.0)
-        np.testing.assert_array_equal(dst._arr, [[18, 16], [34, 32]])
+        np.testing.assert_array_equal(peek(dst), [[18, 16], [34, 32]])
 
     def test_activation_scale_bias_and_reduce(self, nl: ModuleType, nisa: ModuleType) -> None:
         """activation computes op(data*scale + bias) and sums it into reduce_res."""
@@ -134,26 +135,26 @@ class TestIsa:
         dst = nl.ndarray((2, 3), dtype=nl.float32)
         nisa.activation(dst, nl.square, data, bias=bias, scale=2.0, reduce_op=nl.add,
                         reduce_res=total)
-        np.testing.assert_array_equal(dst._arr, [[1, 9, 25], [4, 4, 4]])
-        np.testing.assert_array_equal(total._arr, [[35], [12]])
+        np.testing.assert_array_equal(peek(dst), [[1, 9, 25], [4, 4, 4]])
+        np.testing.assert_array_equal(peek(total), [[35], [12]])
 
     def test_iota_and_affine_select(self, nl: ModuleType, nisa: ModuleType) -> None:
         """iota generates offset + p*channel_multiplier + i*step; affine_select masks."""
         idx = nl.ndarray((3, 4), dtype=nl.int32)
         nisa.iota(idx, [[1, 4]], offset=0, channel_multiplier=-1)
-        np.testing.assert_array_equal(idx._arr, np.arange(4)[None, :] - np.arange(3)[:, None])
+        np.testing.assert_array_equal(peek(idx), np.arange(4)[None, :] - np.arange(3)[:, None])
         ones = nl.full((3, 4), 1.0, dtype=nl.float32)
         out = nl.ndarray((3, 4), dtype=nl.float32)
         nisa.affine_select(out, [[-1, 4]], 1, ones, -9.0, cmp_op=nl.greater_equal)
-        np.testing.assert_array_equal(out._arr, np.where(np.tril(np.ones((3, 4))) > 0, 1, -9))
+        np.testing.assert_array_equal(peek(out), np.where(np.tril(np.ones((3, 4))) > 0, 1, -9))
 
     def test_tensor_copy_predicated(self, nl: ModuleType, nisa: ModuleType) -> None:
         """Only predicated elements are copied; the rest of dst is untouched."""
         dst, src = tile(nl, [[0, 0, 0]]), tile(nl, [[7, 8, 9]])
         pred = nl.ndarray((1, 3), dtype=nl.uint8)
-        pred._arr[...] = [[1, 0, 1]]
+        peek(pred)[...] = [[1, 0, 1]]
         nisa.tensor_copy_predicated(dst, src, pred)
-        np.testing.assert_array_equal(dst._arr, [[7, 0, 9]])
+        np.testing.assert_array_equal(peek(dst), [[7, 0, 9]])
 
     def test_bn_stats_aggr_give_mean_and_variance(self, nl: ModuleType, nisa: ModuleType) -> None:
         """bn_stats over two chunks aggregated by bn_aggr equals mean and population var."""
@@ -163,8 +164,8 @@ class TestIsa:
         nisa.bn_stats(st[:, 6:12], tile(nl, x[:, 9:]))
         mv = nl.ndarray((4, 2), dtype=nl.float32)
         nisa.bn_aggr(mv, st)
-        np.testing.assert_allclose(mv._arr[:, 0], x.mean(1), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(mv._arr[:, 1], x.var(1), rtol=1e-5)
+        np.testing.assert_allclose(peek(mv)[:, 0], x.mean(1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(peek(mv)[:, 1], x.var(1), rtol=1e-5)
 
     def test_nl_matmul_and_transpose(self, nl: ModuleType) -> None:
         """nl.matmul (both layouts) and nl.transpose return PSUM tiles with the right values."""
@@ -172,10 +173,10 @@ class TestIsa:
         y = np.random.default_rng(3).standard_normal((16, 8), dtype=np.float32)
         got = nl.matmul(tile(nl, x), tile(nl, y))
         assert got.buffer is nl.psum
-        np.testing.assert_allclose(got._arr, x @ y, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(nl.matmul(tile(nl, x.T), tile(nl, y), transpose_x=True)._arr,
+        np.testing.assert_allclose(peek(got), x @ y, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(peek(nl.matmul(tile(nl, x.T), tile(nl, y), transpose_x=True)),
                                    x @ y, rtol=1e-5, atol=1e-5)
-        np.testing.assert_array_equal(nl.transpose(tile(nl, x))._arr, x.T)
+        np.testing.assert_array_equal(peek(nl.transpose(tile(nl, x))), x.T)
 
     def test_memset_float_into_int_is_refused(self, nl: ModuleType, nisa: ModuleType) -> None:
         """memset's value must match the dtype: a float into an int tile is dtype-illegal."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from nkibot.sim import ConstraintError
+from nkibot.sim.storage import values as peek  # white-box: the tests read storage
 
 
 @pytest.fixture
@@ -17,7 +18,7 @@ def nl(nki: ModuleType) -> ModuleType:
 
 def filled(nl: ModuleType, shape: tuple[int, ...], buffer: object) -> object:
     t = nl.ndarray(shape, dtype=nl.float32, buffer=buffer)
-    t._arr[...] = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    peek(t)[...] = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     return t
 
 
@@ -27,8 +28,8 @@ class TestIndexing:
         t = filled(nl, (128, 64), nl.sbuf)
         a, b = t[2:10, 8:24], t[nl.ds(2, 8), nl.ds(8, 16)]
         assert a.shape == b.shape == (8, 16)
-        np.testing.assert_array_equal(a._arr, b._arr)
-        assert np.shares_memory(a._arr, t._arr)
+        np.testing.assert_array_equal(peek(a), peek(b))
+        assert np.shares_memory(peek(a), peek(t))
 
     def test_integer_index_keeps_partition_dim_on_chip(self, nl: ModuleType) -> None:
         """On-chip t[3] keeps a size-1 partition dim; HBM t[3] drops the dim."""
@@ -38,7 +39,7 @@ class TestIndexing:
     def test_negative_index_and_ellipsis(self, nl: ModuleType) -> None:
         """Negative indices count from the end; Ellipsis fills the remaining dims."""
         t = filled(nl, (4, 6, 8), nl.shared_hbm)
-        np.testing.assert_array_equal(t[-1, ..., -2:]._arr, t._arr[3, :, 6:8])
+        np.testing.assert_array_equal(peek(t[-1, ..., -2:]), peek(t)[3, :, 6:8])
 
     @pytest.mark.parametrize("key", [np.s_[0:129, :], np.s_[:, 60:70], np.s_[128], np.s_[5:5]])
     def test_out_of_range_access_is_refused(self, nl: ModuleType, key: object) -> None:
@@ -60,8 +61,8 @@ class TestViews:
         t = filled(nl, (128, 24), nl.sbuf)
         v = t.reshape((128, 4, 6)).permute((0, 2, 1))
         assert v.shape == (128, 6, 4)
-        v._arr[0, 0, 1] = -1
-        assert t._arr[0, 6] == -1
+        peek(v)[0, 0, 1] = -1
+        assert peek(t)[0, 6] == -1
 
     def test_reshape_changing_partitions_is_refused(self, nl: ModuleType) -> None:
         """On-chip reshape must keep the partition dim."""
@@ -72,7 +73,7 @@ class TestViews:
         """.ap([[stride, count], ...]) reads the pattern relative to the view's start."""
         t = filled(nl, (4, 8), nl.shared_hbm)
         v = t[1:, :].ap([[8, 2], [2, 3]], offset=1)
-        np.testing.assert_array_equal(v._arr, [[9, 11, 13], [17, 19, 21]])
+        np.testing.assert_array_equal(peek(v), [[9, 11, 13], [17, 19, 21]])
 
     def test_ap_outside_allocation_is_refused(self, nl: ModuleType) -> None:
         """An access pattern reaching past the allocation is out-of-bounds."""
@@ -84,7 +85,7 @@ class TestViews:
         t = filled(nl, (1, 4), nl.sbuf)
         b = t.broadcast_to((128, 4))
         assert b.shape == (128, 4)
-        np.testing.assert_array_equal(b._arr[77], [0, 1, 2, 3])
+        np.testing.assert_array_equal(peek(b)[77], [0, 1, 2, 3])
         with pytest.raises(ConstraintError, match="read-only"):
             b[0:2, :] = 1.0
 
@@ -92,4 +93,4 @@ class TestViews:
         """tile[...] = value writes on chip, rounding to the tile's dtype."""
         t = nl.ndarray((2, 2), dtype=nl.bfloat16, buffer=nl.sbuf)
         t[...] = 1.00390625  # halfway between two bf16 values: ties to even (1.0)
-        assert (t._arr.astype(np.float32) == 1.0).all()
+        assert (peek(t).astype(np.float32) == 1.0).all()

@@ -1,8 +1,9 @@
 """The neuron KernelBackend: neuronx-cc compile, on-device verify and profile on Trn1.
 
 Every step runs in the sandboxed child (`nkibot.verify.sandbox.run_sandboxed`), pinned
-to this worker's NeuronCore with `NEURON_RT_VISIBLE_CORES` and targeting Trn1 with
-`NEURON_PLATFORM_TARGET_OVERRIDE=trn1`. Compile and profile run
+to this worker's NeuronCore with `NEURON_RT_VISIBLE_CORES` and targeting the device's
+generation with `NEURON_PLATFORM_TARGET_OVERRIDE` (trn1 by default; trn2/trn3 runners
+pass theirs). Compile and profile run
 `nkibot.backends.neuron.device`; verify runs the shared verification harness
 (`nkibot.verify.harness`) with `backend: "neuron"`, so the trials and guards are the
 simulator's. Building commands and reading replies are pure functions below.
@@ -33,8 +34,14 @@ from nkibot.verify.sandbox import (
     run_sandboxed,
 )
 
+#: The default generation; a Trn2/Trn3 runner passes its own (`platform=`).
 TARGET = "trn1"
 MEASURED_ON = "Trn1 hardware"
+
+
+def measured_on(platform: str) -> str:
+    """`Trn2 hardware`: where this backend's figures come from."""
+    return f"{platform.capitalize()} hardware"
 DEVICE_MODULE = "nkibot.backends.neuron.device"
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -67,10 +74,11 @@ class DeviceCommand:
 
 
 def device_env(core_id: int | None, artifacts: Path,
-               tools_dir: Path = devices.NEURON_TOOLS_DIR) -> dict[str, str]:
-    """The child's Neuron variables: its one NeuronCore, the Trn1 target, where NEFFs go."""
+               tools_dir: Path = devices.NEURON_TOOLS_DIR,
+               platform: str = TARGET) -> dict[str, str]:
+    """The child's Neuron variables: its one NeuronCore, the target generation, NEFFs' dir."""
     env = {
-        "NEURON_PLATFORM_TARGET_OVERRIDE": TARGET,
+        "NEURON_PLATFORM_TARGET_OVERRIDE": platform,
         "NKI_ARTIFACTS_DIR": str(artifacts),
         # neuronx-cc is in the interpreter's bin directory, neuron-ls/neuron-bench here.
         "PATH": f"{Path(sys.executable).parent}:{tools_dir}:{_SAFE_PATH}",
@@ -81,7 +89,8 @@ def device_env(core_id: int | None, artifacts: Path,
 
 
 def device_command(op: str, src: str, task: Task, workdir: Path, core_id: int | None, *,
-                   timeout_s: float, warmup: int = 0, iters: int = 0) -> DeviceCommand:
+                   timeout_s: float, warmup: int = 0, iters: int = 0,
+                   platform: str = TARGET) -> DeviceCommand:
     """The neuron_device child for `compile` or `profile` of `src` on `core_id`."""
     artifacts = workdir / "artifacts"
     request = {
@@ -91,7 +100,7 @@ def device_command(op: str, src: str, task: Task, workdir: Path, core_id: int | 
     return DeviceCommand(
         argv=python_module_argv(DEVICE_MODULE),
         stdin=json.dumps(request).encode(),
-        env=device_env(core_id, artifacts),
+        env=device_env(core_id, artifacts, platform=platform),
         timeout_s=timeout_s,
         # neuronx-cc is multi-threaded: CPU seconds can exceed wall seconds several times.
         cpu_s=int(timeout_s * 8) + 10,
@@ -108,9 +117,9 @@ def read_reply(outcome: SandboxOutcome) -> dict[str, Any] | None:
     return reply if isinstance(reply, dict) else None
 
 
-def compiler_label(sdk: Mapping[str, str | None]) -> str:
+def compiler_label(sdk: Mapping[str, str | None], platform: str = TARGET) -> str:
     cc, nki = sdk.get("neuronx-cc"), sdk.get("nki")
-    return f"neuronx-cc {cc or 'unknown'} (nki {nki or 'unknown'}, target {TARGET})"
+    return f"neuronx-cc {cc or 'unknown'} (nki {nki or 'unknown'}, target {platform})"
 
 
 def compile_result_from(outcome: SandboxOutcome, timeout_s: float,
@@ -140,7 +149,8 @@ def _latency(samples: object) -> Any:
     return latency_from_samples([float(s) for s in samples])
 
 
-def profile_result_from(reply: Mapping[str, Any], log: str, warmup: int) -> ProfileResult:
+def profile_result_from(reply: Mapping[str, Any], log: str, warmup: int,
+                        platform: str = TARGET) -> ProfileResult:
     """ProfileResult from the child's raw timings (µs); statistics computed here."""
     kernel = _latency(reply.get("kernel_us"))
     device = _latency(reply.get("torch_device_us"))
@@ -150,7 +160,7 @@ def profile_result_from(reply: Mapping[str, Any], log: str, warmup: int) -> Prof
               for key in ("kernel_device_error", "torch_device_error", "torch_cpu_error")
               if reply.get(key)]
     return ProfileResult(
-        hardware=True, measured_on=MEASURED_ON, kernel=kernel, torch_device=device,
+        hardware=True, measured_on=measured_on(platform), kernel=kernel, torch_device=device,
         torch_cpu=cpu, speedup_vs_device=speedup(device, kernel),
         speedup_vs_cpu=speedup(cpu, kernel),
         kernel_device_time=_latency(reply.get("kernel_device_us")),
@@ -168,8 +178,10 @@ class NeuronBackend:
                  profile_timeout_s: float = 900.0, warmup: int = 10, iters: int = 100,
                  memory_mb: int | None = 16384, cache: NeffCache | None = None,
                  sdk: Mapping[str, str | None] | None = None,
-                 runner: SandboxRunner = run_sandboxed) -> None:
+                 runner: SandboxRunner = run_sandboxed, platform: str = TARGET) -> None:
         self.core_id = core_id
+        #: The generation of the device this backend runs on (trn1/trn2/trn3).
+        self.platform = platform
         self.compile_timeout_s = compile_timeout_s
         self.profile_timeout_s = profile_timeout_s
         self.warmup, self.iters = warmup, iters
@@ -185,7 +197,7 @@ class NeuronBackend:
                          confinement=device_confinement(workdir))
 
     def compile(self, src: str, task: Task) -> CompileResult:
-        key = cache_key(src, task.inputs, self.sdk, TARGET)
+        key = cache_key(src, task.inputs, self.sdk, self.platform)
         if (hit := self.cache.get(key)) is not None:
             result, _ = hit
             return result.model_copy(update={"log": f"NEFF cache hit {key[:12]}\n{result.log}",
@@ -195,7 +207,8 @@ class NeuronBackend:
             cmd = device_command("compile", src, task, Path(tmp), self.core_id,
                                  timeout_s=timeout)
             outcome = self._execute(cmd)
-            result = compile_result_from(outcome, timeout, compiler_label(self.sdk))
+            result = compile_result_from(outcome, timeout,
+                                         compiler_label(self.sdk, self.platform))
             reply = read_reply(outcome) or {}
             if result.ok and reply.get("ok"):
                 neff = Path(reply["neff"]) if reply.get("neff") else None
@@ -209,7 +222,8 @@ class NeuronBackend:
         with tempfile.TemporaryDirectory(prefix="nkibot-neuron-") as tmp:
             verifier = SimBackend(
                 function=_kernel_name(src), kernel_file=KERNEL_FILE, device="neuron",
-                extra_env=device_env(self.core_id, Path(tmp) / "artifacts"),
+                extra_env=device_env(self.core_id, Path(tmp) / "artifacts",
+                                     platform=self.platform),
                 memory_mb=self.memory_mb or 16384, verify_timeout_s=self.profile_timeout_s,
                 runner=self._run,
             )
@@ -219,15 +233,15 @@ class NeuronBackend:
         with tempfile.TemporaryDirectory(prefix="nkibot-neuron-") as tmp:
             cmd = device_command("profile", src, task, Path(tmp), self.core_id,
                                  timeout_s=self.profile_timeout_s, warmup=self.warmup,
-                                 iters=self.iters)
+                                 iters=self.iters, platform=self.platform)
             outcome = self._execute(cmd)
         log = outcome.stderr.decode("utf-8", "replace")[-4000:]
         reply = read_reply(outcome)
         if reply is None or not reply.get("ok"):
             why = outcome.reason() if reply is None else f"kernel failed ({reply.get('stage')})"
-            return ProfileResult(hardware=True, measured_on=MEASURED_ON,
+            return ProfileResult(hardware=True, measured_on=measured_on(self.platform),
                                  log=f"profile failed: {why}\n{log}")
-        return profile_result_from(reply, log, self.warmup)
+        return profile_result_from(reply, log, self.warmup, self.platform)
 
 
 

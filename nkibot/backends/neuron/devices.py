@@ -218,3 +218,44 @@ def hardware_ready(
 ) -> bool:
     """A device, the official `nki` package and neuronx-cc: what the neuron backend needs."""
     return not hardware_problems(present, version_of, locate)
+
+
+#: EC2 writes the instance type (e.g. `trn1.32xlarge`) to the DMI product name on Nitro.
+DMI_PRODUCT_NAME = Path("/sys/devices/virtual/dmi/id/product_name")
+#: Instance family -> the Trainium generation nkibot checks for there (Inf2 is v2 too).
+_FAMILIES = {"trn1": "trn1", "trn1n": "trn1", "inf2": "trn1", "trn2": "trn2", "trn2u": "trn2",
+             "trn3": "trn3"}
+
+
+def instance_type(path: Path = DMI_PRODUCT_NAME) -> str | None:
+    """This host's EC2 instance type, from DMI (no network); None when unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return text or None
+
+
+def generation_of_instance(name: str | None) -> str | None:
+    """`trn2.48xlarge` -> "trn2"; None for an instance that is not a Neuron family."""
+    family = (name or "").split(".", 1)[0].lower()
+    return _FAMILIES.get(family)
+
+
+def device_generation(
+    present: Callable[[], bool] = neuron_device_present,
+    probe: Callable[[], str | None] = run_neuron_ls,
+    instance: Callable[[], str | None] = instance_type,
+) -> str | None:
+    """The Trainium generation of this host's Neuron device; None without a device.
+
+    The instance type names it; where DMI is not readable, a device that reports a
+    logical NeuronCore config is a Trn2 (neuron-ls prints it there only), else a Trn1.
+    """
+    if not present():
+        return None
+    found = generation_of_instance(instance())
+    if found is not None:
+        return found
+    devices = list_devices(probe)
+    return "trn2" if any(d.lnc is not None for d in devices) else "trn1"

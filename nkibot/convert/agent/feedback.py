@@ -54,6 +54,14 @@ RULE_FIXES: tuple[tuple[str, str], ...] = (
 #: Guard failures (VerifyResult.reasons prefixes) and what they forbid.
 GUARD_EXPLANATIONS: tuple[tuple[str, str], ...] = (
     ("torch", "kernels may not import or call torch: compute with nki ops only"),
+    ("numpy-name", "numpy gives dtypes, constants and ufuncs only: compute with nl/nisa ops"),
+    ("module-as-value", "use module members directly; never assign or pass a module"),
+    ("module-rebound", "an imported module's name may not be re-bound"),
+    ("module-state", "module level holds only imports, functions and constants"),
+    ("mutable-default", "defaults must be constants: nothing may survive between calls"),
+    ("attribute-assignment", "never assign attributes on modules, functions or classes"),
+    ("underscore", "private (_name) attributes are refused: use the public nki API"),
+    ("class-not-allowed", "classes must be nl.NKIObject dataclasses"),
     ("import", "only nki, numpy and math may be imported"),
     ("file", "kernels may not read or write files"),
     ("network", "kernels may not use the network"),
@@ -90,6 +98,8 @@ def clean_message(diag: Diagnostic) -> str:
     """The message without what the feedback shows anyway: the rule tag, location, fix."""
     text = diag.message.strip()
     text = text.replace(f"[{diag.rule}] ", "", 1)
+    if text.startswith(f"{diag.rule} "):  # static findings: "static:<rule> <detail>"
+        text = text[len(diag.rule) + 1:]
     text = re.sub(r" \(at [^()]*:\d+\)", "", text)
     if diag.fix and f"; fix: {diag.fix}" in text:
         text = text.replace(f"; fix: {diag.fix}", "")

@@ -198,10 +198,29 @@ def initial_user_message(task: Task, carried: str | None = None) -> str:
         f"tolerance {tolerances}.",
         f"```python\n{task.reference_source.rstrip()}\n```",
     ]
+    if task.migrate_from is not None:
+        parts.append(migration_note(task))
     if carried:
         parts.append(carried)
     parts.append("Write the kernel and call `verify_kernel` with the complete file.")
     return "\n\n".join(parts)
+
+
+MAX_MIGRATION_CHARS = 12_000
+
+
+def migration_note(task: Task) -> str:
+    """The hand-written kernel being replaced: for ideas only, the reference decides."""
+    src = task.migrate_from
+    assert src is not None
+    label = "CUDA" if src.language == "cuda" else "Triton"
+    text = src.source if len(src.source) <= MAX_MIGRATION_CHARS else (
+        src.source[:MAX_MIGRATION_CHARS] + "\n// ... (truncated)")
+    return (f"This kernel replaces the {label} kernel `{src.name}` in `{src.path}`. The "
+            f"PyTorch reference above defines what must be computed (where they differ, the "
+            f"reference wins); the {label} source shows the algorithm and its parallel "
+            f"decomposition, which you may carry over to NKI tiles:\n"
+            f"```{src.language}\n{text.rstrip()}\n```")
 
 
 def carried_attempt(backend_name: str, code: str | None, feedback: str) -> str:

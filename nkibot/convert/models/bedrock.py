@@ -82,9 +82,14 @@ def reply_of(response: dict[str, Any], model_id: str) -> ModelReply:
 
 
 def bedrock_available(settings: Settings) -> bool:
-    """AWS credentials and a region are configured (boto3's own chain decides)."""
-    session = boto3.Session(region_name=settings.aws_region)
-    return session.get_credentials() is not None and session.region_name is not None
+    """AWS credentials and a region are configured (boto3's own chain decides).
+
+    A service process moved its AWS keys from the environment into boto3's default
+    session at start (nkibot.config.hygiene), so that session is asked first.
+    """
+    session = boto3.DEFAULT_SESSION or boto3.Session(region_name=settings.aws_region)
+    region = settings.aws_region or session.region_name
+    return session.get_credentials() is not None and region is not None
 
 
 class BedrockBackend:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nkibot.sim import targets
 from nkibot.sim.errors import SimError, fail
 from nkibot.sim.isa.compute import (
     activation,
@@ -21,6 +22,7 @@ from nkibot.sim.isa.compute import (
 )
 from nkibot.sim.isa.enums import (
     dge_mode,
+    dma_engine,
     engine,
     gpsimd_engine,
     matmul_perf_mode,
@@ -32,6 +34,13 @@ from nkibot.sim.isa.enums import (
     unknown_engine,
     vector_engine,
 )
+from nkibot.sim.isa.gather import (
+    dma_compute,
+    dma_transpose,
+    local_gather,
+    nc_n_gather,
+    nc_stream_shuffle,
+)
 from nkibot.sim.isa.move import (
     affine_select,
     dma_copy,
@@ -40,7 +49,37 @@ from nkibot.sim.isa.move import (
     tensor_copy,
     tensor_copy_predicated,
 )
+from nkibot.sim.isa.mx import nc_matmul_mx, quantize_mx
+from nkibot.sim.isa.registers import (
+    VirtualRegister,
+    core_barrier,
+    register_alloc,
+    register_load,
+    register_move,
+    register_store,
+    sendrecv,
+)
+from nkibot.sim.isa.rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
+from nkibot.sim.isa.scan import (
+    activate2,
+    scalar_tensor_tensor,
+    tensor_partition_reduce,
+    tensor_scalar_cumulative,
+    tensor_scalar_reduce,
+    tensor_tensor_scan,
+)
+from nkibot.sim.isa.select import (
+    max8,
+    nc_find_index8,
+    nc_match_replace8,
+    nonzero_with_count,
+    range_select,
+    select_reduce,
+    sequence_bounds,
+    topk,
+)
 from nkibot.sim.isa.tensor import nc_matmul, nc_transpose
+from nkibot.sim.language.objects import NKIObject
 from nkibot.sim.state import current
 
 __nkibot_sim__ = True
@@ -49,9 +88,18 @@ __nkibot_sim__ = True
 NkiValidationError = SimError
 
 
+class NkiInstruction(NKIObject):
+    """What an instruction call returns in NKI; the simulator's instructions return None."""
+
+
+def get_nc_sub_version() -> int:
+    """The silicon revision within the generation: 0, the first (all the simulator models)."""
+    return 0
+
+
 def get_nc_version() -> nc_version:
-    return {"trn1": nc_version.gen2, "trn2": nc_version.gen3}.get(current().target,
-                                                                   nc_version.gen4)
+    return {2: nc_version.gen2, 3: nc_version.gen3}.get(targets.VERSION[current().target],
+                                                         nc_version.gen4)
 
 
 def __getattr__(name: str) -> Any:
@@ -61,10 +109,18 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "NkiValidationError", "activation", "activation_reduce", "affine_select", "bn_aggr",
-    "bn_stats", "dge_mode", "dma_copy", "engine", "exponential", "get_nc_version",
-    "gpsimd_engine", "iota", "matmul_perf_mode", "memset", "nc_matmul", "nc_transpose",
-    "nc_version", "oob_mode", "reciprocal", "reduce_cmd", "scalar_engine", "tensor_copy",
-    "tensor_copy_predicated", "tensor_engine", "tensor_reduce", "tensor_scalar",
-    "tensor_tensor", "unknown_engine", "vector_engine",
+    "NkiInstruction", "NkiValidationError", "VirtualRegister", "activate2", "activation",
+    "activation_reduce", "affine_select", "bn_aggr", "bn_stats", "core_barrier", "dge_mode",
+    "dma_compute", "dma_copy", "dma_engine", "dma_transpose", "dropout", "engine",
+    "exponential", "get_nc_sub_version", "get_nc_version", "gpsimd_engine", "iota",
+    "local_gather", "matmul_perf_mode", "max8", "memset", "nc_find_index8",
+    "nc_match_replace8", "nc_matmul", "nc_matmul_mx", "nc_n_gather", "nc_stream_shuffle",
+    "nc_transpose", "nc_version", "nonzero_with_count", "oob_mode", "quantize_mx", "rand2",
+    "rand_get_state", "rand_set_state", "range_select", "reciprocal", "reduce_cmd",
+    "register_alloc", "register_load", "register_move", "register_store", "rng",
+    "scalar_engine", "scalar_tensor_tensor", "select_reduce", "sendrecv", "sequence_bounds",
+    "set_rng_seed", "tensor_copy", "tensor_copy_predicated", "tensor_engine",
+    "tensor_partition_reduce", "tensor_reduce", "tensor_scalar", "tensor_scalar_cumulative",
+    "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan", "topk", "unknown_engine",
+    "vector_engine",
 ]

@@ -8,11 +8,15 @@ import numpy as np
 
 from nkibot.sim import dtypes, ops
 from nkibot.sim.engines import (
+    arch_refused,
     compute_dtype,
     count,
     free_size,
     on_chip,
     read,
+    reduce_axes,
+    require,
+    rule,
     same_elements,
     scalar_operand,
     write,
@@ -20,9 +24,9 @@ from nkibot.sim.engines import (
 from nkibot.sim.errors import fail
 from nkibot.sim.isa.enums import engine as _engine
 from nkibot.sim.isa.enums import reduce_cmd as _cmd
-from nkibot.sim.language.math import reduce_axes
 from nkibot.sim.state import current
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 Arr = np.ndarray[Any, Any]
 
@@ -34,7 +38,7 @@ def _int_only(name: str, *ts: NkiTensor) -> None:
 
 
 def tensor_tensor(dst: NkiTensor, data1: NkiTensor, data2: NkiTensor, op: Any,
-                  engine: Any = None, name: Any = None) -> None:
+                  engine: Any = _engine.unknown, name: Any = None) -> None:
     opname = "tensor_tensor"
     dst, data1, data2 = (on_chip(t, opname, r) for t, r in
                          ((dst, "dst"), (data1, "data1"), (data2, "data2")))
@@ -65,7 +69,8 @@ def _apply(name: str, x: Arr, operand: Any, reverse: bool) -> Arr:
 
 def tensor_scalar(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: Any,
                   reverse0: bool = False, op1: Any = None, operand1: Any = None,
-                  reverse1: bool = False, engine: Any = None, name: Any = None) -> None:
+                  reverse1: bool = False, engine: Any = _engine.unknown,
+                  name: Any = None) -> None:
     """dst = (data op0 operand0) op1 operand1; operands are scalars or [P,1] tiles."""
     opname = "tensor_scalar"
     dst, data = on_chip(dst, opname, "dst"), on_chip(data, opname, "data")
@@ -96,9 +101,9 @@ def activation(dst: NkiTensor, op: Any, data: NkiTensor, bias: Any = None, scale
     if isinstance(scale, NkiTensor) or scale != 1.0:
         x = x * scalar_operand(scale, data, opname, "scale")
     if bias is not None:
-        if not isinstance(bias, NkiTensor) and current().target == "trn1":
-            raise fail("arch-unsupported", f"{opname}: bias={bias!r} must be a [P,1] tile on "
-                                           "NeuronCore-v2 (scalar bias needs Trn2+)")
+        if not isinstance(bias, NkiTensor) and not rule("activation_scalar_bias"):
+            raise arch_refused("activation_scalar_bias",
+                               f"{opname}: a scalar bias={bias!r} (pass a [P,1] tile)")
         x = x + scalar_operand(bias, data, opname, "bias")
     y = fn(x)
     write(dst, y, opname)
@@ -107,18 +112,29 @@ def activation(dst: NkiTensor, op: Any, data: NkiTensor, bias: Any = None, scale
         _reduce_regs("scalar", y, data, reduce_op, reduce_res, reduce_cmd, opname)
 
 
+_REG_OPS = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum}
+
+
 def _reduce_regs(eng: str, y: Arr, data: NkiTensor, reduce_op: Any, reduce_res: Any,
                  cmd: Any, opname: str) -> None:
-    if reduce_op is not None and ops.op_name(reduce_op, "reduce_op") != "add":
-        raise fail("op-illegal", f"{opname}: reduce_op must be nl.add")
+    op = "add" if reduce_op is None else ops.op_name(reduce_op, "reduce_op")
+    legal = rule("activation_reduce_ops")
+    if legal is not None and op not in legal:
+        raise arch_refused("activation_reduce_ops", f"{opname}: reduce_op={reduce_op!r}")
+    if op not in _REG_OPS:
+        raise fail("op-illegal", f"{opname}: reduce_op must be nl.add, nl.maximum or nl.minimum")
+    ufunc = _REG_OPS[op]
     regs = current().regs.setdefault(eng, np.zeros(128, np.float32))
     parts = data.shape[0]
     if cmd is _cmd.idle and reduce_op is not None:
         cmd = _cmd.reset_reduce  # a reduce_op without a command reduces this instruction
+    reduced = ufunc.reduce(y.reshape(parts, -1), axis=1, dtype=np.float32)
     if cmd in (_cmd.reset, _cmd.reset_reduce):
         regs[:parts] = 0
-    if cmd in (_cmd.reduce, _cmd.reset_reduce, _cmd.load_reduce):
-        regs[:parts] += y.reshape(parts, -1).sum(axis=1, dtype=np.float32)
+    if cmd is _cmd.reset_reduce:
+        regs[:parts] = reduced
+    elif cmd in (_cmd.reduce, _cmd.load_reduce):
+        regs[:parts] = ufunc(regs[:parts], reduced)
     if reduce_res is not None:
         res = on_chip(reduce_res, opname, "reduce_res")
         if res.shape[0] != parts or free_size(res) != 1:
@@ -163,9 +179,7 @@ def reciprocal(dst: NkiTensor, data: NkiTensor, name: Any = None) -> None:
 
 def exponential(dst: NkiTensor, src: NkiTensor, max_value: Any = 0.0, reduce_res: Any = None,
                 reduce_cmd: Any = _cmd.idle, reduce_init: Any = 0.0, name: Any = None) -> None:
-    if current().target in ("trn1", "trn2"):
-        raise fail("arch-unsupported", "nisa.exponential needs NeuronCore-v4 (Trn3); use "
-                                       "nisa.activation(op=nl.exp, data=x, bias=-max)")
+    require("exponential")
     dst, src = on_chip(dst, "exponential", "dst"), on_chip(src, "exponential", "src")
     same_elements("exponential", ("dst", dst), ("src", src))
     y = np.exp(read(src) - scalar_operand(max_value, src, "exponential", "max_value"))

@@ -51,3 +51,8 @@ vector_engine = engine.vector
 scalar_engine = engine.scalar
 gpsimd_engine = engine.gpsimd
 unknown_engine = engine.unknown
+
+
+class dma_engine(Enum):
+    dma = "dma"
+    gpsimd_dma = "gpsimd_dma"

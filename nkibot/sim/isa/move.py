@@ -8,27 +8,38 @@ import numpy as np
 
 from nkibot.sim import dtypes, ops
 from nkibot.sim.engines import (
+    arch_refused,
     count,
+    dma,
     free_size,
     in_buffer,
     on_chip,
     read,
+    read_native,
+    rule,
     same_elements,
+    settled,
+    target,
     tensor,
     write,
 )
 from nkibot.sim.errors import fail
+from nkibot.sim.indirect import indirection
+from nkibot.sim.isa.enums import dge_mode as _dge
 from nkibot.sim.isa.enums import engine as _engine
-from nkibot.sim.language.core import _dma
-from nkibot.sim.psum import settle
+from nkibot.sim.isa.enums import oob_mode as _oob
+from nkibot.sim.language.math import make_binary
 from nkibot.sim.state import current
-from nkibot.sim.tensor import PMAX, MemoryRegion, NkiTensor
+from nkibot.sim.storage import PMAX, MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
+_equal = make_binary("equal")
 _DMA_OK = (MemoryRegion.sbuf, MemoryRegion.private_hbm, MemoryRegion.shared_hbm)
 
 
-def dma_copy(dst: NkiTensor, src: NkiTensor, priority: Any = None, oob_mode: Any = None,
-             dge_mode: Any = None, engine: Any = None, name: Any = None) -> None:
+def dma_copy(dst: NkiTensor, src: NkiTensor, priority: Any = None,
+             oob_mode: Any = _oob.error, dge_mode: Any = _dge.unknown,
+             engine: Any = _engine.unknown, name: Any = None) -> None:
     """Copy HBM/SBUF -> HBM/SBUF (never PSUM), casting through fp32 when dtypes differ."""
     dst, src = tensor(dst, "dma_copy", "dst"), tensor(src, "dma_copy", "src")
     in_buffer(src, "dma_copy", "src", *_DMA_OK)
@@ -40,10 +51,30 @@ def dma_copy(dst: NkiTensor, src: NkiTensor, priority: Any = None, oob_mode: Any
     if dst.size != src.size:
         raise fail("shape-mismatch", f"dma_copy: dst {dst.describe()} and src {src.describe()} "
                                      "hold different numbers of elements")
-    _dma(dst, src)
+    if getattr(dge_mode, "name", None) == "hwdge" and not rule("dma_hwdge"):
+        raise arch_refused("dma_hwdge", "dma_copy dge_mode=hwdge")
+    if priority is not None and not rule("dma_priority"):
+        raise arch_refused("dma_priority", f"dma_copy priority={priority!r}")
+    _checked_dma(dst, src, oob_mode, "dma_copy")
 
 
-def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = None, name: Any = None) -> None:
+def _checked_dma(dst: NkiTensor, src: NkiTensor, oob: Any, op: str) -> None:
+    """A DMA whose src (gather) or dst (scatter) may be indirect; oob_mode.skip drops
+    out-of-bounds indices (the destination keeps its values there)."""
+    src_ind, dst_ind = indirection(src), indirection(dst)
+    for ind, t in ((src_ind, src), (dst_ind, dst)):
+        if ind is not None and oob is not _oob.skip:
+            ind.require_valid(op, t.describe())
+    if src_ind is not None and not bool(src_ind.valid.all()):
+        keep = src_ind.valid.reshape(dst.shape)
+        write(dst, np.where(keep, read(src).reshape(dst.shape), read(dst)), op)
+        current().count("dma", dst.size)
+        return
+    dma(dst, src)
+
+
+def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = _engine.unknown,
+                name: Any = None) -> None:
     """On-chip copy (SBUF/PSUM), bit-exact for equal dtypes, else through fp32."""
     dst, src = on_chip(dst, "tensor_copy", "dst"), on_chip(src, "tensor_copy", "src")
     same_elements("tensor_copy", ("dst", dst), ("src", src))
@@ -51,15 +82,13 @@ def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = None, name: Any = 
     if eng == "gpsimd" and MemoryRegion.psum in (dst.buffer, src.buffer):
         raise fail("buffer-illegal", "tensor_copy: the GpSimd engine cannot access PSUM "
                                      f"(dst {dst.describe()}, src {src.describe()})")
-    if eng == "scalar" and current().target == "trn1":
-        raise fail("arch-unsupported", "tensor_copy on the Scalar engine is not supported on "
-                                       "NeuronCore-v2; use nisa.activation(op=nl.copy)")
-    same = src.dtype == dst.dtype
-    write(dst, read(src, src._arr.dtype) if same else read(src), "tensor_copy")
+    # ISA:393: the Scalar engine on NeuronCore-v2 always copies through an fp32 cast.
+    same = src.dtype == dst.dtype and not (eng == "scalar" and target() == "trn1")
+    write(dst, read_native(src) if same else read(src), "tensor_copy")
     count(eng, dst.size)
 
 
-def memset(dst: NkiTensor, value: Any, engine: Any = None, name: Any = None) -> None:
+def memset(dst: NkiTensor, value: Any, engine: Any = _engine.unknown, name: Any = None) -> None:
     dst = on_chip(dst, "memset", "dst")
     if not dtypes.is_float(dst.dtype) and isinstance(value, float):
         raise fail("dtype-illegal", f"memset: value {value!r} is a float but dst "
@@ -82,16 +111,15 @@ def tensor_copy_predicated(dst: NkiTensor, src: Any, predicate: NkiTensor,
         if src.dtype != dst.dtype:
             raise fail("dtype-illegal", f"{op}: src {src.describe()} and dst {dst.describe()} "
                                         "must share a dtype")
-        value = read(src, src._arr.dtype).reshape(dst.shape)
+        value = read_native(src).reshape(dst.shape)
     else:
         value = src
-    settle(dst._alloc)
-    write(dst, np.where(mask, value, dst._arr), op)
+    write(dst, np.where(mask, value, settled(dst)), op)
     count("vector", dst.size)
 
 
 def read_mask(predicate: NkiTensor, like: NkiTensor) -> np.ndarray[Any, Any]:
-    mask: np.ndarray[Any, Any] = (read(predicate, predicate._arr.dtype) != 0)
+    mask: np.ndarray[Any, Any] = (read_native(predicate) != 0)
     return mask.reshape(like.shape)
 
 
@@ -122,7 +150,7 @@ def iota(dst: NkiTensor, pattern: Any, offset: int = 0, channel_multiplier: int 
 
 
 def affine_select(dst: NkiTensor, pattern: Any, channel_multiplier: int, on_true_tile: NkiTensor,
-                  on_false_value: Any, cmp_op: Any = None, offset: int = 0,
+                  on_false_value: Any, cmp_op: Any = _equal, offset: int = 0,
                   name: Any = None) -> None:
     op = "affine_select"
     dst = on_chip(dst, op, "dst", allow_psum=False)

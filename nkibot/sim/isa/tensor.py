@@ -6,22 +6,35 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.sim import dtypes
+from nkibot.sim import dtypes, targets
 from nkibot.sim.engines import (
+    arch_refused,
     count,
     free_size,
     in_buffer,
     on_chip,
     read,
+    read_native,
+    rule,
+    storage_of,
+    target,
     write,
 )
 from nkibot.sim.errors import fail
-from nkibot.sim.psum import defer, pending_group, settle
+from nkibot.sim.isa.enums import engine as engine_kind
+from nkibot.sim.isa.enums import matmul_perf_mode
 from nkibot.sim.state import PSUM_BANK_BYTES
-from nkibot.sim.tensor import PSUM_MATMUL, MemoryRegion, NkiTensor
+from nkibot.sim.storage import (
+    PSUM_MATMUL,
+    PSUM_NEVER,
+    MemoryRegion,
+    defer,
+    pending_group,
+    settle,
+)
+from nkibot.sim.tensor import NkiTensor
 
-_PE_DTYPES = {dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float8_e4m3,
-              dtypes.float8_e5m2}
+_ONTO_INIT = "matmul_accumulate_onto_initialised"
 _F32_FAMILY = {dtypes.float32}  # tfloat32 compares equal to float32
 
 
@@ -39,25 +52,63 @@ def _check_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor) -> N
     if m > 128:
         raise fail("matmul-stationary-free", f"{op}: stationary {stationary.describe()} free "
                                              f"size {m} exceeds gemm_stationary_fmax 128")
-    if n > 512:
-        raise fail("matmul-moving-free", f"{op}: moving {moving.describe()} free size {n} "
-                                         "exceeds gemm_moving_fmax 512")
-    for role, t in (("stationary", stationary), ("moving", moving)):
-        if t.dtype not in _PE_DTYPES:
-            raise fail("dtype-illegal", f"{op}: {role} {t.describe()} must be fp8/bf16/fp16/"
-                                        "tf32/fp32")
-    if (stationary.dtype in _F32_FAMILY) != (moving.dtype in _F32_FAMILY):
-        raise fail("dtype-illegal", f"{op}: stationary {stationary.describe()} and moving "
-                                    f"{moving.describe()}: fp32/tf32 mixes only with fp32/tf32")
-    if dst.dtype != dtypes.float32:
-        raise fail("dtype-illegal", f"{op}: dst {dst.describe()} must be float32 on Trn1")
-    if free_size(dst) * 4 > PSUM_BANK_BYTES:
-        raise fail("psum-bank", f"{op}: dst {dst.describe()} needs {free_size(dst) * 4} B per "
-                                "partition; a matmul result must fit one 2 KiB PSUM bank")
+    _check_dtypes(dst, stationary, moving)
+    _check_moving_and_bank(dst, moving, n)
     if dst.shape[0] != m or free_size(dst) != n:
         raise fail("shape-mismatch", f"{op}: dst {dst.describe()} must be [{m}, {n}] for "
                                      f"stationary {stationary.describe()} and moving "
                                      f"{moving.describe()}")
+
+
+def _check_dtypes(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor) -> None:
+    op, t = "nc_matmul", target()
+    legal = rule("matmul_operand_dtypes")
+    for role, x in (("stationary", stationary), ("moving", moving)):
+        if dtypes.name(x.dtype) not in legal:
+            raise fail("dtype-illegal", f"{op}: {role} {x.describe()} must be one of "
+                                        f"{'/'.join(legal)} on {t} "
+                                        f"({targets.cite('matmul_operand_dtypes')})")
+    names = {dtypes.name(stationary.dtype), dtypes.name(moving.dtype)}
+    if {"float8_e4m3", "float8_e4m3fn"} <= names:
+        raise fail("dtype-illegal", f"{op}: legacy float8_e4m3 and OCP float8_e4m3fn cannot "
+                                    f"be mixed ({targets.cite('matmul_operand_dtypes')})")
+    if (stationary.dtype in _F32_FAMILY) != (moving.dtype in _F32_FAMILY):
+        raise fail("dtype-illegal", f"{op}: stationary {stationary.describe()} and moving "
+                                    f"{moving.describe()}: fp32/tf32 mixes only with fp32/tf32")
+    if dtypes.name(dst.dtype) not in rule("matmul_dst_dtypes"):
+        raise fail("dtype-illegal", f"{op}: dst {dst.describe()} must be "
+                                    f"{' or '.join(rule('matmul_dst_dtypes'))} on {t} "
+                                    f"({targets.cite('matmul_dst_dtypes')})")
+
+
+def _check_moving_and_bank(dst: NkiTensor, moving: NkiTensor, n: int) -> None:
+    op, t = "nc_matmul", target()
+    bf16 = dst.dtype == dtypes.bfloat16
+    fmax = rule("matmul_moving_fmax_bf16" if bf16 else "matmul_moving_fmax_fp32")
+    if n > fmax:
+        raise fail("matmul-moving-free", f"{op}: moving {moving.describe()} free size {n} "
+                                         f"exceeds {fmax} for a {dtypes.name(dst.dtype)} dst on "
+                                         f"{t} ({targets.cite('matmul_moving_fmax_fp32')})")
+    # Up to v3 a result fits one 2 KiB bank; v4's larger moving tiles span all 8 banks.
+    limit = PSUM_BANK_BYTES if targets.VERSION[t] < 4 else rule("psum_partition_bytes")
+    need = free_size(dst) * dst.dtype.itemsize
+    if need > limit:
+        raise fail("psum-bank", f"{op}: dst {dst.describe()} needs {need} B per partition; a "
+                                f"matmul result must fit {limit} B of PSUM on {t}")
+
+
+_FP8 = ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")
+
+
+def _check_perf_mode(perf_mode: Any, stationary: NkiTensor, moving: NkiTensor) -> None:
+    if getattr(perf_mode, "name", "none") in ("none", "unknown"):
+        return
+    if not rule("matmul_perf_mode"):
+        raise arch_refused("matmul_perf_mode", f"nc_matmul perf_mode={perf_mode!r}")
+    for role, x in (("stationary", stationary), ("moving", moving)):
+        if dtypes.name(x.dtype) not in _FP8:
+            raise fail("dtype-illegal", f"nc_matmul: perf_mode double_row needs fp8 operands; "
+                                        f"{role} is {x.describe()} ({targets.ISA}:582)")
 
 
 def _operand(t: NkiTensor) -> np.ndarray[Any, Any]:
@@ -68,34 +119,44 @@ def _operand(t: NkiTensor) -> np.ndarray[Any, Any]:
 def nc_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor,
               is_stationary_onezero: bool = False, is_moving_onezero: bool = False,
               is_transpose: bool = False, accumulate: bool | None = None,
-              tile_position: Any = (), tile_size: Any = (), perf_mode: Any = None,
+              tile_position: Any = (), tile_size: Any = (),
+              perf_mode: Any = matmul_perf_mode.none,
               name: Any = None) -> None:
     """dst[M, N] (PSUM, fp32) = stationary[K, M].T @ moving[K, N], K on partitions."""
     dst = on_chip(dst, "nc_matmul", "dst")
     stationary = on_chip(stationary, "nc_matmul", "stationary")
     moving = on_chip(moving, "nc_matmul", "moving")
     _check_matmul(dst, stationary, moving)
-    if dst._readonly:
-        raise fail("read-only", f"nc_matmul: cannot write into broadcast view {dst.describe()}")
-    state = dst._state
-    assert state is not None
+    _check_perf_mode(perf_mode, stationary, moving)
     s_arr, m_arr = _operand(stationary), _operand(moving)
     # fp32 operands are views of their SBUF tiles: pin them until the group runs.
-    pins = [t._alloc for t in (stationary, moving) if t._arr.dtype == np.float32]
-    if accumulate is not False and pending_group(dst) is not None:
-        defer(dst, s_arr, m_arr, False, pins)  # fast path: the region is all matmul-written
+    pins = [storage_of(t).alloc for t in (stationary, moving)
+            if storage_of(t).arr.dtype == np.float32]
+    issue_matmul(dst, s_arr, m_arr, accumulate, pins)
+
+
+def issue_matmul(dst: NkiTensor, s_arr: np.ndarray[Any, Any], m_arr: np.ndarray[Any, Any],
+                 accumulate: bool | None, pins: list[Any]) -> None:
+    """`dst (+)= s_arr.T @ m_arr` under the PSUM accumulation rules (nc_matmul_mx too)."""
+    h = storage_of(dst)
+    if h.readonly:
+        raise fail("read-only", f"nc_matmul: cannot write into broadcast view {dst.describe()}")
+    state = h.state
+    assert state is not None
+    if accumulate is not False and pending_group(h) is not None:
+        defer(h, s_arr, m_arr, False, pins)  # fast path: the region is all matmul-written
         count("tensor", dst.shape[0] * m_arr.shape[1])
         return
     overwrite = _mode(state, accumulate, dst)
     if overwrite is None:
         # Per-element inference over partly matmul-written PSUM: compute eagerly.
-        settle(dst._alloc)
+        settle(h.alloc)
         mask = (state == PSUM_MATMUL).reshape(dst.shape[0], -1)
         product = s_arr.T @ m_arr
-        current = dst._arr.reshape(mask.shape)
-        np.copyto(dst._arr, np.where(mask, current + product, product).reshape(dst.shape))
+        current = h.arr.reshape(mask.shape)
+        np.copyto(h.arr, np.where(mask, current + product, product).reshape(dst.shape))
     else:
-        defer(dst, s_arr, m_arr, overwrite, pins)
+        defer(h, s_arr, m_arr, overwrite, pins)
     state[...] = PSUM_MATMUL
     count("tensor", dst.shape[0] * m_arr.shape[1])
 
@@ -114,13 +175,17 @@ def _mode(state: np.ndarray[Any, Any], accumulate: bool | None, dst: NkiTensor) 
             return False
         return None if written.any() else True
     if accumulate and not written.all():
+        if rule(_ONTO_INIT) and not (state == PSUM_NEVER).any():
+            return False  # v4: adding onto memset/copied PSUM is defined
         raise fail("psum-accumulate", f"nc_matmul: accumulate=True into {dst.describe()} "
                                       "that no matmul of this group wrote (never written, "
-                                      "memset/copied, or already read out)")
+                                      f"memset/copied, or already read out) on {target()} "
+                                      f"({targets.cite(_ONTO_INIT)})")
     return not accumulate
 
 
-def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = None, name: Any = None) -> None:
+def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = engine_kind.unknown,
+                 name: Any = None) -> None:
     """Swap the partition axis and the (flattened) free axes of `data` into `dst`."""
     op = "nc_transpose"
     dst = on_chip(dst, op, "dst")
@@ -142,5 +207,5 @@ def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = None, name: Any 
     if dst.shape[0] != cols or free_size(dst) != rows:
         raise fail("shape-mismatch", f"{op}: dst {dst.describe()} must be [{cols}, {rows}] for "
                                      f"data {data.describe()}")
-    write(dst, read(data, data._arr.dtype).reshape(rows, cols).T, op)
+    write(dst, read_native(data).reshape(rows, cols).T, op)
     count("vector" if vector else "tensor", data.size)

@@ -8,13 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.sim import dtypes
+from nkibot.sim import dtypes, targets
 from nkibot.sim.alloc import OVERWRITTEN, allocate
-from nkibot.sim.engines import count, in_buffer, on_chip, read, tensor, write
+from nkibot.sim.engines import count, dma, in_buffer, on_chip, settled, tensor, write
 from nkibot.sim.errors import fail
-from nkibot.sim.psum import settle
 from nkibot.sim.state import current
-from nkibot.sim.tensor import DynSlice, MemoryRegion, NkiTensor
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import DynSlice, NkiTensor
 
 sbuf = MemoryRegion.sbuf
 psum = MemoryRegion.psum
@@ -25,7 +25,7 @@ _HBM = (MemoryRegion.private_hbm, MemoryRegion.shared_hbm)
 
 
 class _TileSize:
-    """Trn1 (NeuronCore-v2) tile limits."""
+    """Tile limits; the SBUF sizes follow the current launch's generation (targets.py)."""
 
     pmax = 128
     psum_fmax = 512
@@ -37,10 +37,23 @@ class _TileSize:
     psum_min_align = 4
     sbuf_min_align = 1
     psum_num_banks = 8
-    sbuf_fmax_bytes = 192 * 1024
-    sbuf_fmax = sbuf_fmax_bytes // 4
-    sbuf_size_bytes = 128 * sbuf_fmax_bytes
-    total_available_sbuf_size = sbuf_fmax_bytes
+
+    @property
+    def sbuf_fmax_bytes(self) -> int:
+        value: int = targets.rule("sbuf_partition_bytes", current().target)
+        return value
+
+    @property
+    def sbuf_fmax(self) -> int:
+        return self.sbuf_fmax_bytes // 4
+
+    @property
+    def sbuf_size_bytes(self) -> int:
+        return 128 * self.sbuf_fmax_bytes
+
+    @property
+    def total_available_sbuf_size(self) -> int:
+        return self.sbuf_fmax_bytes
 
 
 tile_size = _TileSize()
@@ -111,7 +124,7 @@ def load(src: NkiTensor, dtype: Any = None) -> NkiTensor:
     src = tensor(src, "load", "src")
     in_buffer(src, "load", "src", *_HBM)
     dst = allocate(src.shape, src.dtype if dtype is None else dtype, sbuf, fill=OVERWRITTEN)
-    _dma(dst, src)
+    dma(dst, src)
     return dst
 
 
@@ -119,7 +132,7 @@ def load_transpose2d(src: NkiTensor, dtype: Any = None) -> NkiTensor:
     src = tensor(src, "load_transpose2d", "src")
     in_buffer(src, "load_transpose2d", "src", *_HBM)
     dst = allocate(src.shape[::-1], src.dtype if dtype is None else dtype, sbuf)
-    _dma(dst, src.permute(tuple(range(src.ndim))[::-1]))
+    dma(dst, src.permute(tuple(range(src.ndim))[::-1]))
     return dst
 
 
@@ -131,17 +144,8 @@ def store(dst: NkiTensor, value: NkiTensor) -> NkiTensor:
     if value.shape != dst.shape and value.size != dst.size:
         raise fail("shape-mismatch", f"store: value {value.describe()} does not match dst "
                                      f"{dst.describe()}")
-    _dma(dst, value)
+    dma(dst, value)
     return dst
-
-
-def _dma(dst: NkiTensor, src: NkiTensor) -> None:
-    settle(src._alloc)
-    value = src._arr if src.dtype == dst.dtype and not dtypes.is_tf32(dst.dtype) else read(src)
-    write(dst, value, "dma")
-    st = current()
-    st.count("dma", dst.size)
-    st.counters.dma_bytes += dst.size * dst.dtype.itemsize
 
 
 def ds(start: int, size: int) -> DynSlice:
@@ -176,7 +180,6 @@ def no_reorder() -> Iterator[None]:
 
 def device_print(print_prefix: str, tensor: NkiTensor) -> None:
     if isinstance(tensor, NkiTensor):
-        settle(tensor._alloc)
-        print(print_prefix, tensor._arr)
+        print(print_prefix, settled(tensor))
     else:
         print(print_prefix, tensor)

@@ -16,10 +16,20 @@ import numpy as np
 
 from nkibot.sim import dtypes, ops
 from nkibot.sim.alloc import OVERWRITTEN, allocate
-from nkibot.sim.engines import compute_dtype, count, on_chip, read, write
+from nkibot.sim.engines import (
+    compute_dtype,
+    count,
+    on_chip,
+    read,
+    reduce_axes,
+    require,
+    settled,
+    write,
+)
 from nkibot.sim.errors import fail
-from nkibot.sim.psum import settle
-from nkibot.sim.tensor import MemoryRegion, NkiTensor
+from nkibot.sim.isa.tensor import nc_matmul, nc_transpose
+from nkibot.sim.storage import MemoryRegion
+from nkibot.sim.tensor import NkiTensor
 
 _SCALARS = (int, float, bool, np.number, np.bool_)
 _PREDICATES = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
@@ -43,18 +53,31 @@ def _operand(x: Any, name: str, role: str) -> Any:
                               f"{type(x).__name__}")
 
 
+#: nl ops whose docs apply a [P, 1] tile along the free axes of a [P, ...] tile (the
+#: nl.abs_max / nl.abs_min examples); other nl binary ops need equal shapes.
+_COLUMN_BROADCAST = ("abs_max", "abs_min")
+
+
+def _column_operand(name: str, x: NkiTensor, y: NkiTensor) -> bool:
+    return (name in _COLUMN_BROADCAST and y.shape[0] == x.shape[0] and y.size == y.shape[0]
+            and x.on_chip and y.on_chip)
+
+
 def binary_op(name: str, x: Any, y: Any, dtype: Any = None) -> Any:
+    require(name)  # abs_max/abs_min are NeuronCore-v4 only (targets.INSTRUCTIONS)
     x, y = _operand(x, name, "x"), _operand(y, name, "y")
     fn = ops.binary(name)
     tiles = [t for t in (x, y) if isinstance(t, NkiTensor)]
     if not tiles:
         return np.asarray(fn(np.asarray(x, np.float32), np.asarray(y, np.float32))).item()
-    if len(tiles) == 2 and x.shape != y.shape:
+    if len(tiles) == 2 and x.shape != y.shape and not _column_operand(name, x, y):
         raise fail("broadcast", f"nl.{name}: operand shapes {x.describe()} and {y.describe()} "
                                 "differ")
     cdt = compute_dtype(x, y)
     a = read(x, cdt) if isinstance(x, NkiTensor) else cdt.type(x)
     b = read(y, cdt) if isinstance(y, NkiTensor) else cdt.type(y)
+    if isinstance(y, NkiTensor) and isinstance(x, NkiTensor) and y.shape != x.shape:
+        b = b.reshape(y.shape[0], *([1] * (x.ndim - 1)))  # a [P, 1] column
     out_dt = tiles[0].dtype if len(tiles) == 1 else dtypes.promote(x.dtype, y.dtype)
     out_dt = out_dt if dtype is None else dtypes.normalize(dtype)
     return _result(tiles[0].shape, fn(a, b), out_dt, "vector")
@@ -86,19 +109,6 @@ def make_unary(name: str) -> Callable[..., Any]:
     fn.__name__ = fn.__qualname__ = name
     fn._nki_op = name  # type: ignore[attr-defined]
     return fn
-
-
-def reduce_axes(t: NkiTensor, axis: Any, op: str) -> tuple[int, ...]:
-    """Free axes only, and they must be the last contiguous ones."""
-    raw = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
-    axes = tuple(sorted(int(a) % t.ndim for a in raw))
-    if 0 in axes:
-        raise fail("reduce-axis0", f"{op}: axis={axis!r} reduces the partition axis 0 of "
-                                   f"{t.describe()}")
-    if axes != tuple(range(t.ndim - len(axes), t.ndim)):
-        raise fail("reduce-axis", f"{op}: axis={axis!r} of {t.describe()} is not the last "
-                                  "contiguous free axes")
-    return axes
 
 
 def reduce_op(name: str, x: Any, axis: Any, dtype: Any = None, keepdims: bool = False) -> Any:
@@ -190,8 +200,6 @@ def expand_dims(x: Any, axis: int) -> NkiTensor:
 
 def matmul(x: Any, y: Any, transpose_x: bool = False) -> NkiTensor:
     """x @ y (or x.T @ y with transpose_x=True) on the Tensor Engine, into a PSUM tile."""
-    from nkibot.sim.isa.tensor import nc_matmul, nc_transpose
-
     x = on_chip(x, "nl.matmul", "x", allow_psum=False)
     if not transpose_x:
         xt = allocate((x.shape[1], x.shape[0]), x.dtype, MemoryRegion.psum)
@@ -199,13 +207,11 @@ def matmul(x: Any, y: Any, transpose_x: bool = False) -> NkiTensor:
         x = copy(xt)
     out = allocate((x.shape[1], y.shape[1]), dtypes.float32, MemoryRegion.psum)
     nc_matmul(out, x, y, accumulate=False)
-    settle(out._alloc)
+    settled(out)
     return out
 
 
 def transpose(x: Any, dtype: Any = None) -> NkiTensor:
-    from nkibot.sim.isa.tensor import nc_transpose
-
     x = on_chip(x, "nl.transpose", "x")
     out = allocate(x.shape[::-1], x.dtype if dtype is None else dtype, MemoryRegion.psum)
     nc_transpose(out, x)

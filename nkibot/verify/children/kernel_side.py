@@ -83,7 +83,8 @@ def run_kernel(request: dict[str, Any]) -> KernelReply:
     except ImportError as exc:
         reply["error"] = error_dict(exc)
         return reply
-    with activate():
+    # The generation the parent asked for; nkibot's reference runner (trn1) otherwise.
+    with activate(target=str(request.get("target") or "trn1")):
         import nki
 
         reply["simulator"] = _simulator_name(nki)

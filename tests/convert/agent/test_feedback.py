@@ -112,3 +112,20 @@ class TestVerifyFeedback:
         assert feedback.summary("compile: FAILED (sim)\nerror [x]: boom\nmore") == (
             "compile: FAILED (sim): error [x]: boom")
         assert feedback.summary("verify: PASSED all 6 trials") == "verify: PASSED all 6 trials"
+
+
+class TestStaticRuleFeedback:
+    def test_static_finding_names_rule_line_and_fix(self) -> None:
+        """A refused construct renders as rule, kernel line, quoted source and the fix."""
+        from nkibot.backends.sim import SimBackend
+        from nkibot.task import InputSpec, Task
+
+        src = KERNEL.replace("    return t\n", "    v = x._arr\n    return t\n")
+        task = Task(reference_source="", entry_point="M",
+                    inputs=[InputSpec(name="x", shape=(4, 4), dtype="float32")])
+        result = SimBackend().compile(src, task)
+        text = feedback.compile_feedback(result, src)
+        assert "error [static:underscore-attribute] at kernel line 8: ._arr" in text
+        assert "    8 |     v = x._arr" in text
+        assert "usual fix: attributes starting with _ are private" in text
+        assert "static:underscore-attribute static:" not in text

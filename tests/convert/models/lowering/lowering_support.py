@@ -75,7 +75,7 @@ def simulate(source: str, function: str, arrays: list[np.ndarray[Any, Any]]) -> 
     """Exec the generated module under the simulator and run its kernel once."""
     from nkibot.sim import activate
 
-    with activate():
+    with activate(target="trn1"):  # nkibot's reference generation
         import nki
 
         namespace: dict[str, Any] = {}
