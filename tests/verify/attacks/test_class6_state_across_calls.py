@@ -21,7 +21,8 @@ def test_counter_in_a_mutable_default(relu_task: Task, relu_ref: ReferenceSet) -
 
 def test_module_level_cache_replays_the_first_answer(relu_task: Task,
                                                      relu_ref: ReferenceSet) -> None:
-    """The first call's output is returned again for every later call."""
+    """The first call's output is returned again for every later call: refused by the
+    simulator (a result must be allocated in this launch) or else by the numbers."""
     attack = "CACHE = {}\n" + RELU.replace(
         "    out = nl.ndarray(", "    if 'out' in CACHE:\n        return CACHE['out']\n"
         "    out = nl.ndarray(").replace("    return out\n", "    CACHE['out'] = out\n"
@@ -29,7 +30,8 @@ def test_module_level_cache_replays_the_first_answer(relu_task: Task,
     result = verify(attack, relu_task, relu_ref)
     assert not result.passed
     assert any(r.startswith(("guard:outputs-constant", "guard:nondeterministic",
-                             "numeric:mismatch")) for r in result.reasons), result.reasons
+                             "numeric:mismatch", "kernel:error result-illegal"))
+               for r in result.reasons), result.reasons
 
 
 def test_state_that_differs_per_process_is_nondeterminism(relu_task: Task,
