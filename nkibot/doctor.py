@@ -18,6 +18,7 @@ from nkibot.backends.neuron import devices
 from nkibot.backends.neuron.devices import NeuronDevice
 from nkibot.config.platform import describe_platform, resolve_platform
 from nkibot.config.settings import Settings
+from nkibot.verify.isolation import Isolation
 
 Role = Literal["service", "runner", "local"]
 Status = Literal["ok", "warn", "fail"]
@@ -43,10 +44,10 @@ def _aws_credentials() -> bool:
     return boto3.Session().get_credentials() is not None
 
 
-def _netns() -> bool:
-    from nkibot.verify.sandbox import network_isolation_available
+def _isolation(settings: Settings) -> Isolation:
+    from nkibot.verify.isolation import configure_from
 
-    return network_isolation_available()
+    return configure_from(settings)
 
 
 @dataclass
@@ -56,7 +57,7 @@ class Probes:
     official_nki: Callable[[], bool] = devices.official_nki_available
     queue_depth: Callable[[Settings], int] = _queue_depth
     aws_credentials: Callable[[], bool] = _aws_credentials
-    netns: Callable[[], bool] = _netns
+    isolation: Callable[[Settings], Isolation] = _isolation
     python: str = field(default_factory=platform.python_version)
     #: The Trainium generation of this host's device (None: no device).
     generation: Callable[[], str | None] = devices.device_generation
@@ -129,12 +130,15 @@ def check_models(settings: Settings, aws: bool, role: Role) -> Check:
                  "set NKIBOT_ANTHROPIC_API_KEY, or give the host AWS credentials for Bedrock")
 
 
-def check_sandbox(netns: bool) -> Check:
-    if netns:
-        return Check("sandbox", "ok", "env, tmpdir, rlimits, network namespace (unshare -n)")
-    return Check("sandbox", "warn", "env, tmpdir, rlimits; no network namespace",
-                 "run as root, or allow unprivileged user namespaces "
-                 "(sysctl kernel.unprivileged_userns_clone=1)")
+def check_sandbox(found: Isolation, role: Role, allow_reduced: bool) -> Check:
+    """The isolation untrusted code gets here; a runner refuses jobs when it is reduced."""
+    if found.level == "full":
+        return Check("sandbox", "ok", f"isolation {found.describe()}")
+    refused = role == "runner" and not allow_reduced
+    detail = f"isolation {found.describe()}" + (
+        "; the runner refuses untrusted jobs" if refused else
+        "; accepted by NKIBOT_ALLOW_REDUCED_ISOLATION=1" if allow_reduced else "")
+    return Check("sandbox", "fail" if refused else "warn", detail, "; ".join(found.fixes))
 
 
 def check_generation(settings: Settings, device: str | None) -> Check:
@@ -165,7 +169,7 @@ def run_checks(settings: Settings, role: Role, probes: Probes) -> list[Check]:
         check_github_app(settings, role),
         check_webhook_secret(settings, role),
         check_models(settings, probes.aws_credentials(), role),
-        check_sandbox(probes.netns()),
+        check_sandbox(probes.isolation(settings), role, settings.allow_reduced_isolation),
     ]
     return checks
 

@@ -14,6 +14,7 @@ from nkibot.backends.neuron.devices import NeuronDevice
 from nkibot.cli import app
 from nkibot.config.settings import Settings
 from nkibot.doctor import Probes, exit_code, run_checks
+from nkibot.verify.isolation import Isolation
 
 PEM = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
     serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -25,7 +26,12 @@ def _settings(**kw: object) -> Settings:
     return Settings(_env_file=None, **kw)  # type: ignore[call-arg]
 
 
-def _probes(*, hardware: bool, queue_ok: bool = True, aws: bool = False) -> Probes:
+REDUCED = Isolation("reduced", ("bubblewrap ('bwrap' not found)",),
+                    ("apt-get install bubblewrap",))
+
+
+def _probes(*, hardware: bool, queue_ok: bool = True, aws: bool = False,
+            isolation: Isolation = REDUCED) -> Probes:
     def depth(_: Settings) -> int:
         if not queue_ok:
             raise ConnectionError("connection refused")
@@ -35,8 +41,8 @@ def _probes(*, hardware: bool, queue_ok: bool = True, aws: bool = False) -> Prob
                 "neuronx-cc": "2.22.1" if hardware else None, "torch-neuronx": None}
     return Probes(versions=lambda: versions, neuron_devices=lambda: TRN1 if hardware else [],
                   official_nki=lambda: hardware, queue_depth=depth,
-                  aws_credentials=lambda: aws, netns=lambda: False, python="3.11.7",
-                  generation=lambda: "trn1" if hardware else None)
+                  aws_credentials=lambda: aws, isolation=lambda _: isolation,
+                  python="3.11.7", generation=lambda: "trn1" if hardware else None)
 
 
 def _by_name(checks: list) -> dict:  # type: ignore[type-arg]
@@ -50,13 +56,25 @@ class TestRunnerRole:
                              anthropic_api_key=SecretStr("sk-ant-xxxxxxxxxxxx"),
                              queue_url="sqs://https://sqs.us-east-1.amazonaws.com/1/inbox.fifo",
                              jobs_queue_url="sqs://https://sqs.us-east-1.amazonaws.com/1/j.fifo")
-        checks = run_checks(settings, "runner", _probes(hardware=True))
+        checks = run_checks(settings, "runner", _probes(hardware=True,
+                                                        isolation=Isolation("full")))
         found = _by_name(checks)
         assert found["neuron devices"].detail == "1 devices, 2 NeuronCores"
         assert found["github app"].status == "ok"
         assert found["queue"].detail == "reachable, 4 jobs queued"
-        assert found["sandbox"].status == "warn" and found["sandbox"].fix
+        assert found["sandbox"].status == "ok" and "full" in found["sandbox"].detail
         assert exit_code(checks) == 0
+
+    def test_reduced_isolation_fails_a_runner_unless_allowed(self) -> None:
+        """Reduced isolation: the runner refuses jobs (fail, with the fix) unless allowed."""
+        found = _by_name(run_checks(_settings(), "runner", _probes(hardware=True)))
+        assert found["sandbox"].status == "fail"
+        assert "bubblewrap" in found["sandbox"].detail and "refuses" in found["sandbox"].detail
+        assert found["sandbox"].fix == "apt-get install bubblewrap"
+        allowed = _by_name(run_checks(_settings(allow_reduced_isolation=True), "runner",
+                                      _probes(hardware=True)))
+        assert allowed["sandbox"].status == "warn"
+        assert "NKIBOT_ALLOW_REDUCED_ISOLATION" in allowed["sandbox"].detail
 
     def test_missing_sdk_and_device_fail_for_runner(self) -> None:
         """Without device and SDK the runner role fails, with fixes suggested."""

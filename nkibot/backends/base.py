@@ -6,10 +6,7 @@ from typing import Protocol, runtime_checkable
 
 from nkibot.results import CompileResult, ProfileResult, VerifyResult
 from nkibot.task import Task
-
-
-class ReferenceOutputs(Protocol):
-    """Reference outputs per trial, produced once per task by the sandboxed harness."""
+from nkibot.verify.reference import ReferenceSet
 
 
 @runtime_checkable
@@ -21,6 +18,6 @@ class KernelBackend(Protocol):
 
     def compile(self, src: str, task: Task) -> CompileResult: ...
 
-    def verify(self, src: str, task: Task, reference: object) -> VerifyResult: ...
+    def verify(self, src: str, task: Task, reference: ReferenceSet) -> VerifyResult: ...
 
     def profile(self, src: str, task: Task) -> ProfileResult: ...

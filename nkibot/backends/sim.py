@@ -2,8 +2,9 @@
 
 "Compile" is a trace: the kernel runs once on random inputs of the task's shapes, and a
 broken hardware rule (ConstraintError) or any other kernel error becomes a diagnostic
-with rule, file, line and fix. "Verify" runs every reference trial in one child, which
-also checks determinism and input mutation; the parent compares (`evaluate.judge`).
+with rule, file, line and fix. "Verify" runs every reference trial in two fresh,
+torch-free children (`verify.trials`); the parent reads their raw outputs and decides
+every guard and the verdict (`verify.judge`).
 A crash, hang or out-of-memory child is a failed result with the sandbox's reason,
 never an exception. Figures from here are never latencies.
 """
@@ -22,12 +23,13 @@ import numpy as np
 from nkibot.redact import redact, redact_model
 from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
 from nkibot.task import Task, describe_kernel_args
+from nkibot.verify.client import HarnessReply, run_harness
 from nkibot.verify.guards import jit_functions, static_findings
-from nkibot.verify.harness import HarnessReply, run_harness
-from nkibot.verify.judge import KernelRun, judge
-from nkibot.verify.protocol import load_array, save_array
+from nkibot.verify.judge import judge
+from nkibot.verify.protocol import BadArrayFile, read_outputs, save_array
 from nkibot.verify.reference import ReferenceSet
-from nkibot.verify.sandbox import SandboxOutcome, run_sandboxed
+from nkibot.verify.sandbox import Confinement, SandboxOutcome, run_sandboxed
+from nkibot.verify.trials import Observed, observe
 
 MEASURED_ON = "simulator: not a latency measurement"
 
@@ -64,12 +66,16 @@ def sandbox_reason(reply: HarnessReply) -> str:
 
 
 def error_diagnostic(error: dict[str, Any], kernel_file: str) -> Diagnostic:
+    """A Diagnostic from a child's error claim; every field is checked, none trusted."""
     file = error.get("file")
-    shown = kernel_file if file and Path(str(file)).name == kernel_file else file
+    file = str(file) if isinstance(file, str) else None
+    shown = kernel_file if file and Path(file).name == kernel_file else file
     first = str(error.get("message", "")).strip().splitlines()[:1] or [""]
-    return Diagnostic(rule=str(error.get("rule") or "kernel-exception"),
+    line, fix = error.get("line"), error.get("fix")
+    return Diagnostic(rule=str(error.get("rule") or "kernel-exception")[:80],
                       message=f"{error.get('type', 'Error')}: {first[0]}"[:500],
-                      file=shown, line=error.get("line"), fix=error.get("fix"))
+                      file=shown, line=line if isinstance(line, int) else None,
+                      fix=fix if isinstance(fix, str) else None)
 
 
 @dataclass
@@ -116,15 +122,23 @@ class SimBackend:
         return [Diagnostic(rule=f"static:{f.rule}", message=f.reason, file=self.kernel_file,
                            line=f.line, fix=f.fix or None) for f in static_findings(src)]
 
+    def _confinement(self, out_dir: Path, readable: tuple[Path, ...]) -> Confinement:
+        if self.device == "neuron":
+            # The Neuron compiler runs programs and the runtime needs the devices.
+            devices = tuple(sorted(str(d) for d in Path("/dev").glob("neuron*")))
+            return Confinement(readable=readable, writable=(out_dir,), processes=True,
+                               devices=devices)
+        return Confinement(readable=readable, writable=(out_dir,), torch=False)
+
     def _run(self, src: str, function: str, request: dict[str, Any], timeout_s: float,
-             out_dir: Path) -> HarnessReply:
-        path = out_dir / self.kernel_file
-        path.write_text(src, encoding="utf-8")
-        request = {"op": "run_kernel", "kernel_path": str(path), "function": function,
-                   "out_dir": str(out_dir), "device": self.device, "target": self.platform,
+             out_dir: Path, readable: tuple[Path, ...] = ()) -> HarnessReply:
+        request = {"op": "run_kernel", "source": src, "filename": self.kernel_file,
+                   "function": function, "out_dir": str(out_dir), "device": self.device,
+                   "target": self.platform,
                    **request}
         return run_harness(request, timeout_s=timeout_s, memory_mb=self.memory_mb,
-                           extra_env=self.extra_env, runner=self._runner)
+                           extra_env=self.extra_env, runner=self._runner,
+                           confinement=self._confinement(out_dir, readable))
 
     def _random_request(self, task: Task) -> dict[str, Any]:
         args = describe_kernel_args(task)
@@ -136,7 +150,7 @@ class SimBackend:
     def compile(self, src: str, task: Task) -> CompileResult:
         return redact_model(self._compile(src, task))
 
-    def verify(self, src: str, task: Task, reference: object) -> VerifyResult:
+    def verify(self, src: str, task: Task, reference: ReferenceSet) -> VerifyResult:
         return redact_model(self._verify(src, task, reference))
 
     def profile(self, src: str, task: Task) -> ProfileResult:
@@ -157,6 +171,7 @@ class SimBackend:
         with tempfile.TemporaryDirectory(prefix="nkibot-compile-") as tmp:
             reply = self._run(src, function, self._random_request(task),
                               task.compile_timeout_s, Path(tmp))
+            shapes = _output_shapes(Path(tmp))
         seconds = time.monotonic() - started
         response = reply.response
         if response is None:
@@ -172,11 +187,10 @@ class SimBackend:
             return CompileResult(ok=False, log=log,
                                  diagnostics=[diag], seconds=seconds, backend=self.name,
                                  compiler=compiler)
-        shapes = [o["shape"] for t in response["trials"] for o in t["outputs"]]
         return CompileResult(ok=True, seconds=seconds, backend=self.name, compiler=compiler,
                              log=f"traced {function} on {compiler}; output shapes {shapes}")
 
-    def _verify(self, src: str, task: Task, reference: object) -> VerifyResult:
+    def _verify(self, src: str, task: Task, reference: ReferenceSet) -> VerifyResult:
         if not isinstance(reference, ReferenceSet):
             raise TypeError("SimBackend.verify needs the ReferenceSet from compute_reference")
         started = time.monotonic()
@@ -188,39 +202,40 @@ class SimBackend:
             function = resolve_function(src, self.function)
         except KernelSourceError as exc:
             return VerifyResult(passed=False, reasons=[f"kernel:no-function {exc}"])
-        args = describe_kernel_args(task)
-        request = {"trials": [{"inputs": t.inputs} for t in reference.trials],
-                   "state": reference.state, "determinism": True,
-                   "arg_names": [a.name for a in args]}
+        names = [a.name for a in describe_kernel_args(task)]
         timeout = self.verify_timeout_s or task.compile_timeout_s * 2
-        with tempfile.TemporaryDirectory(prefix="nkibot-verify-") as tmp:
-            reply = self._run(src, function, request, timeout, Path(tmp))
-            result = self._judge(task, reference, reply, [a.name for a in args])
-        return result.model_copy(update={"seconds": time.monotonic() - started,
-                                         "isolation": list(reply.outcome.isolation)})
+        readable = (reference.root / "inputs", reference.root / "state")
 
-    def _judge(self, task: Task, reference: ReferenceSet, reply: HarnessReply,
-               names: list[str]) -> VerifyResult:
+        def run_child(fields: dict[str, Any], out_dir: Path) -> HarnessReply:
+            return self._run(src, function, fields, timeout, out_dir, readable)
+
+        with tempfile.TemporaryDirectory(prefix="nkibot-verify-") as tmp:
+            seen = observe(reference, names, run_child, Path(tmp))
+        result = self._judge(task, reference, seen)
+        return result.model_copy(update={"seconds": time.monotonic() - started,
+                                         "isolation": list(seen.reply.outcome.isolation)})
+
+    def _judge(self, task: Task, reference: ReferenceSet, seen: Observed) -> VerifyResult:
+        reply, run = seen.reply, seen.run
         response = reply.response
-        if response is None:
+        if response is None and not run.outputs:
             tail = reply.outcome.stderr.decode("utf-8", "replace")[-2000:]
             return VerifyResult(passed=False, reasons=[sandbox_reason(reply)], log=tail)
-        run = KernelRun(
-            outputs=[[load_array(d) for d in t["outputs"]] for t in response["trials"]],
-            inputs_modified=[n for t in response["trials"] for n in t["inputs_modified"]],
-            deterministic=response.get("deterministic"), arg_names=names)
         verdict = judge(task, reference, run)
         reasons, diagnostics = list(verdict.reasons), list(verdict.diagnostics)
-        error = response.get("error")
-        if error:
+        reasons += [f"kernel:unreadable-output {why}" for why in seen.unreadable]
+        error = response.get("error") if response is not None else None
+        if response is None:
+            reasons.insert(0, sandbox_reason(reply))
+        elif isinstance(error, dict):
             diag = error_diagnostic(error, self.kernel_file)
             where = f" on trial {error['trial']}" if error.get("trial") is not None else ""
             reasons.insert(0, f"kernel:error {diag.rule}{where}: {diag.message}")
             diagnostics.insert(0, diag)
-        missing = len(reference.trials) - len(run.outputs)
-        passed = verdict.passed and not error and missing == 0
-        ran_on = (f"device: {response['device']}" if response.get("device")
-                  else f"simulator: {response.get('simulator')}")
+        # The verdict is the parent's alone: every trial read back, and nothing amiss.
+        passed = verdict.passed and not reasons and len(run.outputs) == len(reference.trials)
+        ran_on = (f"device: {response['device']}" if response and response.get("device")
+                  else f"simulator: {(response or {}).get('simulator')}")
         log = f"{ran_on}; {len(run.outputs)}/{len(reference.trials)} trials ran"
         return VerifyResult(passed=passed, trials=verdict.trials, reasons=reasons,
                             diagnostics=diagnostics, log=log)
@@ -236,18 +251,24 @@ class SimBackend:
         if static:
             return SimRun(error="; ".join(d.message for d in static))
         with tempfile.TemporaryDirectory(prefix="nkibot-simulate-") as tmp:
-            inputs = [save_array(Path(tmp) / f"in{i}.npy", a) for i, a in enumerate(arrays)]
-            request = {"trials": [{"inputs": inputs}], "state": [], "determinism": False,
-                       "arg_names": names}
-            reply = self._run(src, function, request, timeout_s, Path(tmp))
+            inputs_dir, out_dir = Path(tmp) / "inputs", Path(tmp) / "out"
+            inputs_dir.mkdir()
+            out_dir.mkdir()
+            inputs = [save_array(inputs_dir / f"in{i}.npy", a) for i, a in enumerate(arrays)]
+            request = {"trials": [{"index": 0, "inputs": inputs}], "state": []}
+            reply = self._run(src, function, request, timeout_s, out_dir, (inputs_dir,))
             response = reply.response
             if response is None:
                 return SimRun(error=sandbox_reason(reply))
-            if response.get("error"):
+            if isinstance(response.get("error"), dict):
                 diag = error_diagnostic(response["error"], self.kernel_file)
                 return SimRun(error=redact(f"{diag.rule}: {diag.message}"), line=diag.line,
                               simulator=str(response.get("simulator") or ""))
-            outputs = [load_array(d) for t in response["trials"] for d in t["outputs"]]
+            try:
+                found = read_outputs(out_dir, 1)
+            except (BadArrayFile, OSError) as exc:
+                return SimRun(error=f"kernel:unreadable-output {exc}")
+        outputs = [found[key] for key in sorted(found)]
         return SimRun(outputs=outputs, stats=dict(response.get("stats") or {}),
                       simulator=str(response.get("simulator") or ""))
 
@@ -267,3 +288,11 @@ class SimBackend:
                              sim_stats=dict(response.get("stats") or {}),
                              model=dict(response.get("model") or {}),
                              log=f"simulator: {response.get('simulator')}")
+
+
+def _output_shapes(directory: Path) -> list[list[int]]:
+    try:
+        found = read_outputs(directory, 1)
+    except (BadArrayFile, OSError):
+        return []
+    return [list(found[key].shape) for key in sorted(found)]

@@ -62,6 +62,15 @@ class Settings(BaseSettings):
     workers: int | None = None
     check_run_update_interval_s: float = Field(default=10.0, ge=0)
 
+    # Sandbox (nkibot/verify/isolation.py; docs/sandbox.md)
+    #: Run untrusted jobs even where full isolation is missing (the result says so).
+    allow_reduced_isolation: bool = False
+    #: bubblewrap to use: a name on PATH or a path; empty turns the sandbox off (reduced).
+    sandbox_bwrap: str = "bwrap"
+    #: The unprivileged host uid/gid children run as when the runner is root.
+    sandbox_uid: int = Field(default=65534, ge=1)
+    sandbox_gid: int = Field(default=65534, ge=1)
+
     # Agent loop
     max_tokens_per_job: int = Field(default=500_000, ge=1)
     max_wall_s_per_job: float = Field(default=1800.0, gt=0)

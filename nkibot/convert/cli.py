@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.status import Status as RichStatus
 
+    from nkibot.config.settings import Settings
     from nkibot.results import ConversionResult, TurnRecord
 
 
@@ -116,6 +117,7 @@ def convert(
         raise typer.BadParameter(str(exc), param_hint="--target") from exc
     # Logs go to stderr, scrubbed, and only warnings: stdout carries the --json result.
     configure("warning", json=False)
+    _isolation_notice(settings, err)
     try:
         overrides = [parse_shape(s) for s in shape or []]
         task = load_task(path, name, shapes=overrides or None, turns=turns,
@@ -137,3 +139,13 @@ def convert(
         for line in summary_lines(result, written):
             typer.echo(line)
     raise typer.Exit(0 if result.status == "verified" else 1)
+
+
+def _isolation_notice(settings: Settings, err: Console) -> None:
+    """Configure the sandbox; say so on stderr when this host only gives reduced isolation."""
+    from nkibot.verify.isolation import configure_from
+
+    found = configure_from(settings)
+    if found.level != "full":
+        err.print(f"[yellow]sandbox isolation {found.describe()}[/] (nkibot doctor says how "
+                  "to fix it)", markup=True)

@@ -17,8 +17,9 @@ from typing import Any, Literal, get_args
 from nkibot.convert.discovery import TargetError, discover, triton_launcher
 from nkibot.jobs.model import ShapeOverride
 from nkibot.task import Dtype, InputSpec, Task, Tolerance, default_tolerances
-from nkibot.verify.harness import run_harness
+from nkibot.verify.client import run_harness
 from nkibot.verify.reference import harness_env, reference_path
+from nkibot.verify.sandbox import Confinement
 
 DTYPES: frozenset[str] = frozenset(get_args(Dtype))
 
@@ -62,9 +63,11 @@ def _describe(task: Task, timeout_s: float) -> dict[str, Any]:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="nkibot-desc-") as scratch:
-        request = {"op": "describe", "reference_path": str(reference_path(task, Path(scratch))),
+        source = reference_path(task, Path(scratch))
+        request = {"op": "describe", "reference_path": str(source),
                    "entry_point": task.entry_point, "init_kwargs": task.init_kwargs}
-        reply = run_harness(request, timeout_s=timeout_s, extra_env=harness_env(task))
+        reply = run_harness(request, timeout_s=timeout_s, extra_env=harness_env(task),
+                            confinement=Confinement(readable=(source.parent,)))
     if reply.response is None or not reply.response.get("ok"):
         raise TaskLoadError(f"cannot describe {task.entry_point} from {task.source_path}",
                             reply.failure())

@@ -148,6 +148,7 @@ def verify(
     from nkibot.config.targets import parse_shape
     from nkibot.convert.taskload import TaskLoadError, load_task
     from nkibot.logging import configure
+    from nkibot.verify.isolation import configure_from
 
     configure("warning", json=False)  # stderr only: stdout carries the --json result
     ref_path, name = split_target(target, "FILE::Name, e.g. examples/rmsnorm.py::RMSNorm")
@@ -157,6 +158,11 @@ def verify(
     if backend not in ("sim", "neuron"):
         raise typer.BadParameter("--backend must be sim or neuron")
     chosen_platform = _platform(platform)
+    settings = Settings()
+    found = configure_from(settings)
+    if found.level != "full":
+        typer.echo(f"sandbox isolation {found.describe()} (nkibot doctor says how to fix it)",
+                   err=True)
     try:
         src = kernel_path.read_text(encoding="utf-8")
         function = resolve_function(src, function)
@@ -165,7 +171,7 @@ def verify(
             _emit(static, json_output, chosen_platform)
         overrides = [parse_shape(s) for s in shape or []]
         task = load_task(ref_path, name, shapes=overrides or None, display_path=str(ref_path),
-                         compile_timeout_s=Settings().compile_timeout_s)
+                         compile_timeout_s=settings.compile_timeout_s)
     except (OSError, TaskLoadError, ValueError, KernelSourceError) as exc:
         typer.echo(f"cannot verify {target}: {exc}", err=True)
         raise typer.Exit(2) from exc

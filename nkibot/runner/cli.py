@@ -24,10 +24,16 @@ def runner(
     from nkibot.jobs.factory import open_job_state, open_queue
     from nkibot.logging import configure
     from nkibot.runner.worker import Runner, worker_count
+    from nkibot.verify.isolation import configure_from, refusal
 
     # Secrets into memory, out of the environment; non-dumpable (docs/security.md).
     settings = process_settings()
     configure(settings.log_level, json=settings.log_json)
+    # Every job runs untrusted code: without full isolation the runner does not start.
+    found = configure_from(settings)
+    if (why := refusal(found, settings.allow_reduced_isolation)) is not None:
+        typer.echo(why, err=True)
+        raise typer.Exit(code=3)
     queue = open_queue(settings.jobs_queue_url or settings.queue_url, "jobs", settings)
     state = open_job_state(settings)
     count = workers or worker_count(settings)

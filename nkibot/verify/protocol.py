@@ -1,15 +1,25 @@
-"""What the harness parent and its children agree on: dtype names and array files.
+"""What the harness parent and its children agree on: requests, replies, array files.
+
+Replies are TypedDicts (standard library only, so the children stay light); the parent
+turns the raw JSON into one of them at the boundary (`nkibot.verify.client`) and treats
+every field a kernel child sends as a claim, never as a verdict.
 
 Arrays travel as `.npy` files loaded with `allow_pickle=False`. NumPy cannot describe
 ml_dtypes types (bfloat16, float8) in a `.npy` header, so those are stored as their raw
-bits (uint16/uint8) and the dtype name travels beside the path in the JSON. This module
-imports neither torch nor pydantic: the kernel child must start fast and torch-free.
+bits (uint16/uint8). A kernel child's outputs go to fixed names in a directory the parent
+made, `t{trial}_o{output}.{dtype}.npy`: the parent parses the name itself, reads the file
+without following links, and checks that the header's dtype is exactly that dtype's
+storage. This module imports neither torch nor pydantic.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import stat
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 import ml_dtypes
 import numpy as np
@@ -35,6 +45,113 @@ _BITS = {"bfloat16": np.uint16, "float8_e4m3": np.uint8, "float8_e5m2": np.uint8
 LOW_PRECISION = frozenset({"bfloat16", "float16", "float8_e4m3", "float8_e5m2"})
 
 
+class ArrayFile(TypedDict):
+    """Where one array lies, and what it holds."""
+
+    file: str
+    dtype: str
+    shape: list[int]
+
+
+class ErrorInfo(TypedDict):
+    """A structured exception: what the model and the user see as a diagnostic."""
+
+    kind: str
+    type: str
+    message: str
+    rule: str
+    file: str | None
+    line: int | None
+    fix: str | None
+    traceback: str
+    trial: NotRequired[int | None]
+
+
+class InputSpecDict(TypedDict):
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+class DescribeReply(TypedDict):
+    ok: bool
+    error: NotRequired[ErrorInfo | None]
+    kind: NotRequired[Literal["module", "function"]]
+    param_names: NotRequired[list[str]]
+    inputs: NotRequired[list[InputSpecDict] | None]
+    init_args: NotRequired[list[Any]]
+    has_get_inputs: NotRequired[bool]
+    state_dict: NotRequired[list[InputSpecDict]]
+
+
+class ReferenceTrialReply(TypedDict):
+    seed: int
+    label: str
+    inputs: list[ArrayFile]
+    expected: list[ArrayFile]
+    native_dtypes: list[str]
+    native_error: str | None
+
+
+class ReferenceReply(TypedDict):
+    ok: bool
+    error: NotRequired[ErrorInfo | None]
+    state: NotRequired[list[ArrayFile]]
+    trials: NotRequired[list[ReferenceTrialReply]]
+
+
+class KernelReply(TypedDict):
+    """What a kernel child claims. Only `error` (feedback) and `stats` are ever used."""
+
+    ok: bool
+    error: ErrorInfo | None
+    simulator: str | None
+    device: str | None
+    stats: dict[str, Any]
+    #: The cost model's estimate, when the parent asked for one (a model figure, labelled).
+    model: NotRequired[dict[str, Any]]
+
+
+def error_dict(exc: BaseException, kernel_file: str | None = None) -> ErrorInfo:
+    """A structured, JSON-able description of an exception (rule/file/line/fix if known)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    file = getattr(exc, "file", None)
+    line = getattr(exc, "line", None)
+    if isinstance(exc, SyntaxError):
+        file, line = exc.filename, exc.lineno
+    if line is None and kernel_file is not None:
+        for frame in reversed(frames):
+            if frame.filename == kernel_file:
+                file, line = frame.filename, frame.lineno
+                break
+    rule = getattr(exc, "rule", None) or "kernel-exception"
+    if rule == "kernel-exception" and (
+            isinstance(exc, MemoryError) or isinstance(exc.__cause__, MemoryError)
+            or "MemoryError" in str(exc)):
+        rule = "memory-limit"
+    tail = "".join(traceback.format_exception(exc)).strip().splitlines()[-12:]
+    return {
+        "kind": next((c.__name__ for c in type(exc).__mro__ if c.__name__ in _SIM_KINDS),
+                     "exception"),
+        "type": type(exc).__name__,
+        "message": str(exc)[:2000],
+        "rule": str(rule),
+        "file": str(file) if file is not None else None,
+        "line": int(line) if isinstance(line, int) else None,
+        "fix": fix if isinstance(fix := getattr(exc, "fix", None), str) else None,
+        "traceback": "\n".join(tail),
+    }
+
+
+def problem(kind: str, message: str) -> ErrorInfo:
+    """An ErrorInfo for a problem that is not an exception (bad request, bad reference)."""
+    return {"kind": "exception", "type": kind, "message": message, "rule": kind,
+            "file": None, "line": None, "fix": None, "traceback": ""}
+
+
+_SIM_KINDS = frozenset({"ConstraintError", "KernelError"})
+
+
 def dtype_name(dtype: np.dtype[Any]) -> str:
     """Our name for a NumPy dtype ("bfloat16", "float32", ...); NumPy's name otherwise."""
     for name, known in NUMPY_DTYPES.items():
@@ -49,8 +166,8 @@ def is_float(name: str) -> bool:
     return name.startswith(("float", "bfloat"))
 
 
-def save_array(path: Path, array: np.ndarray[Any, Any]) -> dict[str, Any]:
-    """Save `array` to `path` (.npy) and return its JSON descriptor {file, dtype, shape}."""
+def save_array(path: Path, array: np.ndarray[Any, Any]) -> ArrayFile:
+    """Save `array` to `path` (.npy) and return its descriptor {file, dtype, shape}."""
     name = dtype_name(array.dtype)
     data = np.ascontiguousarray(array)
     if name in _BITS:
@@ -59,13 +176,10 @@ def save_array(path: Path, array: np.ndarray[Any, Any]) -> dict[str, Any]:
     return {"file": str(path), "dtype": name, "shape": list(array.shape)}
 
 
-def load_array(descriptor: dict[str, Any]) -> np.ndarray[Any, Any]:
-    """Load an array saved by `save_array` from its descriptor."""
-    data: np.ndarray[Any, Any] = np.load(descriptor["file"], allow_pickle=False)
-    name = str(descriptor["dtype"])
-    if name in _BITS:
-        data = data.view(NUMPY_DTYPES[name])
-    return data
+def load_array(descriptor: ArrayFile) -> np.ndarray[Any, Any]:
+    """Load an array saved by `save_array`, checking dtype and shape (`read_plain`)."""
+    return read_plain(Path(descriptor["file"]), str(descriptor["dtype"]),
+                      list(descriptor["shape"]))
 
 
 def random_array(shape: list[int], dtype: str, rng: np.random.Generator) -> np.ndarray[Any, Any]:
@@ -88,3 +202,63 @@ def to_kernel_dtype(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         raise ValueError("an int64 input holds values outside int32, which NKI kernels "
                          "cannot take")
     return array.astype(np.int32)
+
+
+def output_name(trial: int, output: int, dtype: str) -> str:
+    """The fixed file name of one kernel output (see the module docstring)."""
+    return f"t{trial}_o{output}.{dtype}.npy"
+
+
+_OUTPUT = re.compile(r"t(\d{1,4})_o(\d{1,3})\.([a-z0-9_]{2,16})\.npy")
+
+
+class BadArrayFile(ValueError):
+    """A file a child wrote is not a plain array of the dtype its name says."""
+
+
+def read_outputs(directory: Path, trials: int, max_bytes: int | None = None
+                 ) -> dict[tuple[int, int], np.ndarray[Any, Any]]:
+    """Every well-named output file in `directory` (trial < `trials`), checked and loaded.
+
+    A name given twice (two dtypes for one output) or a file that is not what its name
+    says raises BadArrayFile: the verdict is then the parent's "unreadable output".
+    """
+    found: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
+    for entry in sorted(p.name for p in directory.iterdir()):
+        match = _OUTPUT.fullmatch(entry)
+        if match is None:
+            continue
+        trial, output, dtype = int(match[1]), int(match[2]), match[3]
+        if trial >= trials:
+            continue
+        if (trial, output) in found:
+            raise BadArrayFile(f"trial {trial} output {output} was written twice")
+        found[(trial, output)] = read_plain(directory / entry, dtype, max_bytes=max_bytes)
+    return found
+
+
+def read_plain(path: Path, dtype: str, shape: list[int] | None = None, *,
+               max_bytes: int | None = None) -> np.ndarray[Any, Any]:
+    """Load a `.npy` a child wrote: a regular file (no links), no pickles, exact dtype,
+    and no larger than `max_bytes` (a child cannot make the parent read gigabytes)."""
+    if dtype not in NUMPY_DTYPES:
+        raise BadArrayFile(f"{path.name}: unknown dtype {dtype!r}")
+    storage = np.dtype(_BITS[dtype]) if dtype in _BITS else NUMPY_DTYPES[dtype]
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise BadArrayFile(f"{path.name} is not a regular file")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise BadArrayFile(f"{path.name} is {info.st_size} bytes, more than any output "
+                               f"of this task could be ({max_bytes})")
+        try:
+            data = np.load(handle, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise BadArrayFile(f"{path.name} is not a .npy array: {exc}") from exc
+    if type(data) is not np.ndarray or data.dtype != storage:
+        raise BadArrayFile(f"{path.name} holds {data.dtype}, not {dtype}")
+    if shape is not None and list(data.shape) != list(shape):
+        raise BadArrayFile(f"{path.name} has shape {list(data.shape)}, not {shape}")
+    result = data.view(NUMPY_DTYPES[dtype]) if dtype in _BITS else data
+    return np.ascontiguousarray(result)

@@ -1,16 +1,28 @@
 """Reference outputs: computed once per task in the sandboxed harness, reused every turn.
 
 A `ReferenceSet` owns two temporary directories: one with each trial's inputs and the
-module's state_dict tensors (handed to kernel children), and a separate one with the
-expected outputs (read only by the parent, never named to a kernel). Close it, or use it
-as a context manager; a finalizer removes the directories if neither happens.
+module's state_dict tensors (handed to kernel children, read-only), and a separate one
+with the expected outputs (read only by the parent, never in a kernel child's view).
+Close it, or use it as a context manager; a finalizer removes the directories.
+
+Trials: one per `task.seeds` entry ("normal"), then stress trials: large magnitude
+(x10, random signs), offsets (x + 100, x - 100) and an overflow scale per dtype (values
+reaching twice the point where `exp` overflows in the input dtype, where a softmax
+without max-subtraction turns to inf/NaN). Every seed is drawn from `secrets` per
+reference set, so no kernel can know them in advance; they are recorded in each trial
+and hence in the result's TrialStats afterwards. The order the kernel sees trials in is
+shuffled by the backend.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import secrets
 import shutil
 import tempfile
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -19,10 +31,21 @@ from typing import Any
 import numpy as np
 
 from nkibot.task import Task
-from nkibot.verify.harness import run_harness
-from nkibot.verify.protocol import LOW_PRECISION, load_array
+from nkibot.verify.client import run_harness
+from nkibot.verify.protocol import (
+    LOW_PRECISION,
+    NUMPY_DTYPES,
+    ArrayFile,
+    is_float,
+    load_array,
+    read_plain,
+)
+from nkibot.verify.sandbox import Confinement
 
 LARGE_SCALE = 10.0
+OFFSET = 100.0
+#: Input dtypes too coarse for a +-100 offset to leave any signal (the step at 100 is 8).
+_NO_OFFSET = frozenset({"float8_e4m3", "float8_e5m2"})
 
 
 class ReferenceRunError(RuntimeError):
@@ -33,9 +56,9 @@ class ReferenceRunError(RuntimeError):
 class ReferenceTrial:
     index: int
     seed: int
-    label: str  # "normal" or "large magnitude"
-    inputs: list[dict[str, Any]]  # array descriptors (file, dtype, shape)
-    expected: list[dict[str, Any]]  # fp32-run outputs
+    label: str  # "normal", "large magnitude", "offset +100", "overflow scale x44.4"...
+    inputs: list[ArrayFile]
+    expected: list[ArrayFile]  # fp32-run outputs
     native_dtypes: list[str]  # PyTorch's output dtypes on the native inputs
     native_error: str | None = None
 
@@ -47,7 +70,7 @@ class ReferenceSet:
     root: Path
     expected_root: Path
     trials: list[ReferenceTrial]
-    state: list[dict[str, Any]]
+    state: list[ArrayFile]
     low_precision: bool
     isolation: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -100,6 +123,30 @@ def reference_path(task: Task, scratch: Path) -> Path:
     return path
 
 
+def overflow_x(dtypes: Sequence[str]) -> float:
+    """The smallest x at which exp(x) overflows among the float input dtypes."""
+    found = [math.log(float(np.finfo(NUMPY_DTYPES[d]).max)) for d in dtypes
+             if is_float(d) and d in NUMPY_DTYPES and d != "float64"]
+    return min(found, default=math.log(float(np.finfo(np.float32).max)))
+
+
+def trial_plan(task: Task, draw: Any = secrets.randbits) -> list[dict[str, Any]]:
+    """Every trial's secret seed, label and input transform (see the module docstring)."""
+    dtypes = [s.dtype for s in task.inputs]
+    plan: list[dict[str, Any]] = [{"seed": draw(31), "label": "normal", "kind": None}
+                                  for _ in task.seeds]
+    plan.append({"seed": draw(31), "label": "large magnitude", "kind": "scale",
+                 "value": LARGE_SCALE})
+    if not any(d in _NO_OFFSET for d in dtypes):
+        plan += [{"seed": draw(31), "label": f"offset {sign}{OFFSET:g}", "kind": "offset",
+                  "value": float(f"{sign}1") * OFFSET} for sign in "+-"]
+    # Standard normals times x/2: about 5% of elements beyond x, the largest near 2x.
+    scale = overflow_x(dtypes) / 2
+    plan.append({"seed": draw(31), "label": f"overflow scale x{scale:.3g}", "kind": "scale",
+                 "value": scale})
+    return plan
+
+
 def compute_reference(task: Task, *, timeout_s: float = 120.0,
                       memory_mb: int | None = 8192) -> ReferenceSet:
     """Run the reference for every trial in the sandbox; raise ReferenceRunError if it fails."""
@@ -108,34 +155,63 @@ def compute_reference(task: Task, *, timeout_s: float = 120.0,
     try:
         for sub in ("inputs", "state", "src"):
             (root / sub).mkdir()
+        source = reference_path(task, root / "src")
         request = {
             "op": "reference",
-            "reference_path": str(reference_path(task, root / "src")),
+            "reference_path": str(source),
             "entry_point": task.entry_point,
             "init_args": task.init_args,
             "init_kwargs": task.init_kwargs,
             "inputs": [s.model_dump() for s in task.inputs],
             "has_get_inputs": task.has_get_inputs,
-            "seeds": task.seeds,
-            "large_seed": (max(task.seeds) if task.seeds else 0) + 1000,
-            "large_scale": LARGE_SCALE,
+            "plan": trial_plan(task),
             "inputs_dir": str(root / "inputs"),
             "state_dir": str(root / "state"),
             "expected_dir": str(expected_root),
         }
+        confinement = Confinement(readable=(source.parent,), writable=(
+            root / "inputs", root / "state", expected_root))
         reply = run_harness(request, timeout_s=timeout_s, memory_mb=memory_mb,
-                            extra_env=harness_env(task))
+                            extra_env=harness_env(task), confinement=confinement)
         if reply.response is None or not reply.response.get("ok"):
             raise ReferenceRunError(f"{task.entry_point}: {reply.failure()}")
-        trials = [ReferenceTrial(index=i, seed=int(t["seed"]), label=str(t["label"]),
-                                 inputs=t["inputs"], expected=t["expected"],
-                                 native_dtypes=list(t["native_dtypes"]),
-                                 native_error=t.get("native_error"))
+        _seal(root, expected_root)
+        trials = [_trial(i, t, root / "inputs", expected_root)
                   for i, t in enumerate(reply.response["trials"])]
+        state = [_own(root / "state", f"state{i}.npy", d)
+                 for i, d in enumerate(reply.response["state"])]
     except BaseException:
         _remove(root, expected_root)
         raise
     return ReferenceSet(
-        root=root, expected_root=expected_root, trials=trials, state=reply.response["state"],
+        root=root, expected_root=expected_root, trials=trials, state=state,
         low_precision=any(s.dtype in LOW_PRECISION for s in task.inputs),
         isolation=list(reply.outcome.isolation), seconds=reply.outcome.seconds)
+
+
+def _seal(*roots: Path) -> None:
+    """Give the reference child's files back to the runner: no sandbox uid owns them."""
+    if os.geteuid() != 0:
+        return
+    for root in roots:
+        for path in (root, *root.rglob("*")):
+            os.chown(path, 0, 0, follow_symlinks=False)
+    roots[-1].chmod(0o700)  # expected outputs: the parent's alone
+
+
+def _own(directory: Path, name: str, claimed: dict[str, Any]) -> ArrayFile:
+    """A descriptor for the parent's own file: the child's path is ignored, the file checked."""
+    descriptor: ArrayFile = {"file": str(directory / name), "dtype": str(claimed["dtype"]),
+                             "shape": [int(n) for n in claimed["shape"]]}
+    read_plain(Path(descriptor["file"]), descriptor["dtype"], descriptor["shape"])
+    return descriptor
+
+
+def _trial(index: int, raw: dict[str, Any], inputs: Path, expected: Path) -> ReferenceTrial:
+    return ReferenceTrial(
+        index=index, seed=int(raw["seed"]), label=str(raw["label"]),
+        inputs=[_own(inputs, f"trial{index}_in{i}.npy", d) for i, d in enumerate(raw["inputs"])],
+        expected=[_own(expected, f"trial{index}_out{k}.npy", d)
+                  for k, d in enumerate(raw["expected"])],
+        native_dtypes=[str(d) for d in raw["native_dtypes"]],
+        native_error=raw.get("native_error"))

@@ -1,10 +1,17 @@
-"""Run untrusted Python (user reference modules, generated kernels) in a child process.
+"""Run untrusted Python (reference modules, kernels, lowering traces, Triton launchers).
 
-The child gets an environment with no credentials (an allow-list of harmless
-variables, never GitHub, Anthropic or AWS secrets), a fresh temporary working
-directory, RLIMIT_AS / RLIMIT_CPU / no core dumps, a wall-clock timeout that kills its
-whole process group, and no network namespace where the host permits `unshare -n`.
-Which of these were applied is reported in `SandboxOutcome.isolation`.
+Full isolation (`isolation.current().level == "full"`): the child runs under bubblewrap
+as an unprivileged sandbox uid, in new user, pid, mount, network, IPC and UTS
+namespaces, with no capabilities, no-new-privileges, the two-stage seccomp filter
+(`seccomp`: no namespaces, mounts, ptrace, sockets, forks or execs beyond the
+interpreter), rlimits, and a view of the host (`view`) that holds only the Python
+install, nkibot, its inputs (read-only) and one private scratch directory. The child's
+pid namespace dies with its first process; on a time-out the launcher's process group
+is killed and `--die-with-parent` takes the namespace with it, so nothing survives a run.
+
+Reduced isolation (a host without bubblewrap or user namespaces): the old confinement
+(credential-free environment, rlimits, `unshare -n` where allowed), with the result
+saying so. Either way, stdout/stderr are read incrementally with a capped head and tail.
 """
 
 from __future__ import annotations
@@ -12,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -22,10 +28,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nkibot.verify import isolation, seccomp, view
+from nkibot.verify.launch import Launch, Limits
+from nkibot.verify.pipes import Capped, pump
+from nkibot.verify.view import KERNEL, REFERENCE, Confinement
+
+__all__ = ["KERNEL", "REFERENCE", "Confinement", "SandboxOutcome", "child_env",
+           "python_module_argv", "run_sandboxed"]
+
 # Variables a child may inherit: locale, time zone, and numeric-library switches that
 # keep results correct on some CPUs. Nothing that can carry a credential.
 _INHERITED = ("LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+STDOUT_CAP = (64 * 1024, 4 * 1024 * 1024)  # head, tail
+STDERR_CAP = (64 * 1024, 256 * 1024)
+DRAIN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -62,22 +79,24 @@ class SandboxOutcome:
         return f"child exited with status {self.returncode}: {tail[0]}"
 
 
-@functools.cache
 def network_isolation_available() -> bool:
-    """True when `unshare -n` (as root) or `unshare -rn` (user namespaces) works here."""
-    return _unshare_prefix() is not None
+    """True when children get a network namespace (full isolation, or `unshare -n`)."""
+    return isolation.current().level == "full" or _unshare_prefix() is not None
+
+
+def _unshare_prefix() -> tuple[str, ...] | None:
+    return _unshare_probe()
 
 
 @functools.cache
-def _unshare_prefix() -> tuple[str, ...] | None:
+def _unshare_probe() -> tuple[str, ...] | None:
     exe = shutil.which("unshare")
     if exe is None:
         return None
     for prefix in ((exe, "-n"), (exe, "-rn")):
         try:
-            probe = subprocess.run(
-                [*prefix, "true"], capture_output=True, timeout=10, check=False
-            )
+            probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=10,
+                                   check=False)
         except (OSError, subprocess.TimeoutExpired):
             continue
         if probe.returncode == 0:
@@ -108,16 +127,6 @@ def python_module_argv(module: str, *args: str) -> list[str]:
     return [sys.executable, "-I", "-m", module, *args]
 
 
-def _limits(memory_mb: int | None, cpu_s: int | None) -> None:
-    # Runs in the child between fork and exec.
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if memory_mb is not None:
-        limit = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    if cpu_s is not None:
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
-
-
 def run_sandboxed(
     argv: list[str],
     stdin: bytes = b"",
@@ -128,48 +137,113 @@ def run_sandboxed(
     extra_env: dict[str, str] | None = None,
     network: bool = False,
     cwd: Path | None = None,
+    confinement: Confinement = REFERENCE,
 ) -> SandboxOutcome:
-    """Run `argv` isolated; never raises for anything the child does."""
-    isolation = ["env", "tmpdir", "rlimits"]
-    prefix: tuple[str, ...] = ()
-    if not network and (found := _unshare_prefix()) is not None:
-        prefix = found
-        isolation.append("netns")
+    """Run `argv` (a `python` command line) confined; never raises for what the child does."""
+    found = isolation.current()
+    policy = isolation.policy()
     cpu = cpu_s if cpu_s is not None else max(1, int(timeout_s) + 1)
     with tempfile.TemporaryDirectory(prefix="nkibot-sbx-") as tmp:
-        work = cwd or Path(tmp)
+        scratch = Path(tmp)
+        env = child_env(scratch, extra_env)
+        if found.level == "full" and not network:
+            command, launch, fds = _full(argv, env, scratch, confinement, found, policy,
+                                         Limits(memory_mb, cpu, policy.nproc))
+            labels = found.labels() + _applied(confinement)
+        else:
+            command, fds = _reduced(argv, network), ()
+            launch = Launch(Limits(memory_mb, cpu, None))
+            labels = (["isolation: reduced", "missing: bubblewrap sandbox (network wanted)"]
+                      if network else found.labels()) + _reduced_applied(command, argv)
         started = time.monotonic()
-        proc = subprocess.Popen(
-            [*prefix, *argv],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=work,
-            env=child_env(Path(tmp), extra_env),
-            start_new_session=True,
-            preexec_fn=functools.partial(_limits, memory_mb, cpu),
-        )
-        timed_out = False
         try:
-            out, err = proc.communicate(stdin, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            out, err = proc.communicate()
+            out, err, code, timed_out = _run(command, stdin, env, cwd or scratch, launch,
+                                             fds, started + timeout_s)
+        finally:
+            for fd in fds:
+                os.close(fd)
         seconds = time.monotonic() - started
-    code = proc.returncode
-    return SandboxOutcome(
-        returncode=code,
-        stdout=out,
-        stderr=err,
-        timed_out=timed_out,
-        killed_by_signal=-code if code < 0 and not timed_out else None,
-        isolation=isolation,
-        seconds=seconds,
-        memory_mb=memory_mb,
-    )
+    if command[0] == found.bwrap and code > 128:
+        code = 128 - code  # bubblewrap reports a child killed by signal N as 128 + N
+    return SandboxOutcome(returncode=code, stdout=out, stderr=err, timed_out=timed_out,
+                          killed_by_signal=-code if code < 0 and not timed_out else None,
+                          isolation=labels, seconds=seconds, memory_mb=memory_mb)
+
+
+def _applied(confinement: Confinement) -> list[str]:
+    applied = ["env", "tmpdir", "rlimits", "userns", "pidns", "mountns", "netns", "ipcns",
+               "utsns", "seccomp", "uid"]
+    return applied + ([] if confinement.torch else ["no-torch"])
+
+
+def _reduced_applied(command: list[str], argv: list[str]) -> list[str]:
+    return ["env", "tmpdir", "rlimits"] + (["netns"] if len(command) > len(argv) else [])
+
+
+def _reduced(argv: list[str], network: bool) -> list[str]:
+    prefix = _unshare_prefix() if not network else None
+    return [*(prefix or ()), *argv]
+
+
+def _full(argv: list[str], env: dict[str, str], scratch: Path, confinement: Confinement,
+          found: isolation.Isolation, policy: isolation.SandboxPolicy, limits: Limits
+          ) -> tuple[list[str], Launch, tuple[int, ...]]:
+    switch = found.switch_uid
+    uid, gid = (policy.uid, policy.gid) if switch else (os.getuid(), os.getgid())
+    if switch:
+        for path in (scratch, *confinement.writable):
+            os.chown(path, uid, gid)
+        policy.stage_root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    plan = view.Plan(uid, gid, policy.stage_root if switch else None,
+                     scratch / ".inputs" if switch else None)
+    view.build(plan, confinement, scratch)
+    for _, stage in plan.staged:
+        stage.mkdir(mode=0o755, exist_ok=True)
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "wb") as pipe:
+        pipe.write(seccomp.stage_one(confinement.processes))
+    assert found.bwrap is not None
+    command = [found.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+               "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+               "--hostname", "nkibot-sandbox", *plan.args, "--chdir", str(scratch),
+               "--clearenv", *[a for k, v in env.items() for a in ("--setenv", k, v)],
+               "--seccomp", str(read_end), "--", *_confined(argv, confinement)]
+    launch = Launch(limits, uid if switch else None, gid if switch else None,
+                    tuple(plan.staged))
+    return command, launch, (read_end,)
+
+
+def _confined(argv: list[str], confinement: Confinement) -> list[str]:
+    """`python -I -m X ...` becomes `python -I -m nkibot.verify.confine BPF -- -m X ...`."""
+    if confinement.processes:
+        return argv
+    python, rest = argv[0], [a for a in argv[1:3] if a == "-I"]
+    tail = argv[1 + len(rest):]
+    return [python, "-I", "-m", "nkibot.verify.confine", seccomp.stage_two().hex(), "--",
+            *tail]
+
+
+def _run(command: list[str], stdin: bytes, env: dict[str, str], cwd: Path, launch: Launch,
+         fds: tuple[int, ...], deadline: float) -> tuple[bytes, bytes, int, bool]:
+    out, err = Capped(*STDOUT_CAP), Capped(*STDERR_CAP)
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=cwd, env=env, pass_fds=fds,
+                            start_new_session=True, preexec_fn=launch)
+    timed_out = pump(proc, stdin, out, err, deadline)
+    _kill_group(proc)  # whatever is left of the run goes, on time-out or not
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=DRAIN_S)
+    if timed_out:
+        pump(proc, b"", out, err, time.monotonic() + DRAIN_S)
+    if proc.returncode is None:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    return out.value(), err.value(), proc.returncode, timed_out
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)

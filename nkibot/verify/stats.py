@@ -92,12 +92,20 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
         "atol": tol.atol,
         "max_abs_error": _finite_max(err),
         "max_rel_error": _finite_max(rel),
-        "mean_abs_error": float(np.mean(err[np.isfinite(err)])) if err.size else 0.0,
+        "mean_abs_error": _finite_mean(err),
         "mismatched": mismatched,
         "nan_count": int(np.count_nonzero(np.isnan(a))),
         "inf_count": int(np.count_nonzero(np.isinf(a))),
         "worst": _worst(err, e, a, ok),
     })
+
+
+def _finite_mean(err: np.ndarray[Any, Any]) -> float:
+    """Mean of the finite errors; every error infinite (all NaN/inf) reports the largest."""
+    finite = err[np.isfinite(err)]
+    if finite.size:
+        return float(np.mean(finite))
+    return _finite_max(err)
 
 
 def _finite_max(values: np.ndarray[Any, Any]) -> float:

@@ -11,9 +11,15 @@ import torch
 
 from nkibot.config.targets import parse_shape
 from nkibot.task import InputSpec, Task
-from nkibot.verify.harness import run_harness
-from nkibot.verify.protocol import load_array
-from nkibot.verify.reference import ReferenceRunError, ReferenceSet, compute_reference
+from nkibot.verify.client import run_harness
+from nkibot.verify.protocol import load_array, read_outputs
+from nkibot.verify.reference import (
+    ReferenceRunError,
+    ReferenceSet,
+    compute_reference,
+    overflow_x,
+)
+from nkibot.verify.sandbox import Confinement
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
 
@@ -34,13 +40,30 @@ def scale_ref() -> Iterator[ReferenceSet]:
 
 
 class TestReference:
-    def test_trials_and_large_magnitude(self, scale_ref: ReferenceSet) -> None:
-        """One trial per seed plus a large-magnitude trial with both signs."""
-        assert [(t.seed, t.label) for t in scale_ref.trials] == [
-            (0, "normal"), (1, "normal"), (2, "normal"), (1002, "large magnitude")]
+    def test_trials_and_stress_trials(self, scale_ref: ReferenceSet) -> None:
+        """One trial per seed, then large-magnitude, offset and overflow-scale trials."""
+        assert [t.label for t in scale_ref.trials] == [
+            "normal", "normal", "normal", "large magnitude", "offset +100", "offset -100",
+            "overflow scale x44.4"]
         big = scale_ref.inputs(3)[0]
         assert np.abs(big).max() > 10 and (big < 0).any() and (big > 0).any()
         assert not np.array_equal(scale_ref.inputs(0)[0], scale_ref.inputs(1)[0])
+        assert abs(float(scale_ref.inputs(4)[0].mean()) - 100) < 1
+        assert abs(float(scale_ref.inputs(5)[0].mean()) + 100) < 1
+        # Beyond where exp overflows in fp32 (88.7), with both signs.
+        huge = scale_ref.inputs(6)[0]
+        assert huge.max() > 88.8 and huge.min() < -88.8
+
+    def test_seeds_are_secret_and_fresh(self, scale_ref: ReferenceSet) -> None:
+        """Seeds are drawn per reference set, not the task's 0, 1, 2: no kernel can know them."""
+        seeds = [t.seed for t in scale_ref.trials]
+        assert len(set(seeds)) == len(seeds) and not set(seeds) & {0, 1, 2, 1002}
+
+    def test_overflow_point_per_dtype(self) -> None:
+        """exp overflows near 88.7 in fp32 and bf16, near 11.1 in fp16."""
+        assert overflow_x(["float32"]) == pytest.approx(88.72, abs=0.01)
+        assert overflow_x(["bfloat16"]) == pytest.approx(88.7, abs=0.1)
+        assert overflow_x(["float32", "float16"]) == pytest.approx(11.09, abs=0.01)
 
     def test_state_is_the_modules_state_dict(self, scale_ref: ReferenceSet) -> None:
         """State tensors are the module's parameters and buffers, built under seed 0."""
@@ -80,7 +103,7 @@ class TestReference:
         task = _task("relu_ref.py", "Model", seeds=[3], has_get_inputs=True,
                      inputs=[InputSpec(name="x", shape=(256, 64))])
         ref = compute_reference(task)
-        torch.manual_seed(3)
+        torch.manual_seed(ref.trials[0].seed)
         np.testing.assert_array_equal(ref.inputs(0)[0], torch.randn(256, 64).numpy())
         ref.close()
         assert not ref.root.exists() and not ref.expected_root.exists()
@@ -95,24 +118,31 @@ class TestReference:
 
 class TestKernelChild:
     def _request(self, kernel: str, out: Path) -> dict[str, object]:
-        return {"op": "run_kernel", "kernel_path": str(KERNELS / kernel),
-                "function": "relu_kernel", "out_dir": str(out), "arg_names": ["x"],
+        return {"op": "run_kernel", "source": (KERNELS / kernel).read_text(),
+                "function": "relu_kernel", "out_dir": str(out),
                 "random": {"seed": 0, "specs": [{"shape": [128, 64], "dtype": "float32"}]}}
 
-    def test_torch_free_and_prints_do_not_corrupt(self, tmp_path: Path) -> None:
-        """The kernel child never imports torch, and kernel prints go to stderr."""
-        reply = run_harness(self._request("prints.py", tmp_path), timeout_s=60)
+    def _run(self, request: dict[str, object], out: Path, timeout_s: float = 60
+             ) -> object:
+        return run_harness(request, timeout_s=timeout_s,
+                           confinement=Confinement(writable=(out,), torch=False))
+
+    def test_prints_do_not_corrupt_and_outputs_are_files(self, tmp_path: Path) -> None:
+        """Kernel prints go to stderr; outputs are raw files at fixed names."""
+        reply = run_harness(self._request("prints.py", tmp_path), timeout_s=60,
+                            confinement=Confinement(writable=(tmp_path,), torch=False))
         assert reply.response is not None, reply.outcome.reason()
-        assert reply.response["ok"] and reply.response["torch_loaded"] is False
+        assert reply.response["ok"]
         assert b"{not json" in reply.outcome.stderr
-        out = load_array(reply.response["trials"][0]["outputs"][0])
+        out = read_outputs(tmp_path, 1)[(0, 0)]
         assert out.shape == (128, 64) and (out >= 0).all()
         assert reply.response["stats"]["dma_bytes"] > 0
 
     def test_missing_function(self, tmp_path: Path) -> None:
         """Asking for a function the file lacks is a structured error, not a crash."""
         request = {**self._request("relu_ok.py", tmp_path), "function": "nope"}
-        reply = run_harness(request, timeout_s=60)
+        reply = run_harness(request, timeout_s=60,
+                            confinement=Confinement(writable=(tmp_path,), torch=False))
         assert reply.response is not None and not reply.response["ok"]
         assert "nope" in reply.response["error"]["message"]
 

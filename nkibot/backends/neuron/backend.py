@@ -26,7 +26,13 @@ from nkibot.backends.neuron.parse import parse_compiler_log, timeout_diagnostic
 from nkibot.backends.neuron.stats import latency_from_samples, speedup
 from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
 from nkibot.task import Task
-from nkibot.verify.sandbox import SandboxOutcome, python_module_argv, run_sandboxed
+from nkibot.verify.reference import ReferenceSet
+from nkibot.verify.sandbox import (
+    Confinement,
+    SandboxOutcome,
+    python_module_argv,
+    run_sandboxed,
+)
 
 #: The default generation; a Trn2/Trn3 runner passes its own (`platform=`).
 TARGET = "trn1"
@@ -45,7 +51,15 @@ class SandboxRunner(Protocol):
         self, argv: list[str], stdin: bytes = b"", *, timeout_s: float,
         memory_mb: int | None = ..., cpu_s: int | None = ...,
         extra_env: dict[str, str] | None = ..., network: bool = ...,
+        confinement: Confinement = ...,
     ) -> SandboxOutcome: ...
+
+
+def device_confinement(workdir: Path) -> Confinement:
+    """The compiler runs programs (processes), reads the SDK and uses the Neuron devices."""
+    sdk = tuple(p for p in (Path("/opt/aws/neuron"),) if p.exists())
+    return Confinement(readable=sdk, writable=(workdir,), processes=True,
+                       devices=tuple(sorted(str(d) for d in Path("/dev").glob("neuron*"))))
 
 
 @dataclass(frozen=True)
@@ -177,8 +191,10 @@ class NeuronBackend:
         self._run = runner
 
     def _execute(self, cmd: DeviceCommand) -> SandboxOutcome:
+        workdir = Path(cmd.env["NKI_ARTIFACTS_DIR"]).parent
         return self._run(cmd.argv, cmd.stdin, timeout_s=cmd.timeout_s,
-                         memory_mb=self.memory_mb, cpu_s=cmd.cpu_s, extra_env=cmd.env)
+                         memory_mb=self.memory_mb, cpu_s=cmd.cpu_s, extra_env=cmd.env,
+                         confinement=device_confinement(workdir))
 
     def compile(self, src: str, task: Task) -> CompileResult:
         key = cache_key(src, task.inputs, self.sdk, self.platform)
@@ -199,7 +215,7 @@ class NeuronBackend:
                 self.cache.put(key, result, neff)
         return result
 
-    def verify(self, src: str, task: Task, reference: object) -> VerifyResult:
+    def verify(self, src: str, task: Task, reference: ReferenceSet) -> VerifyResult:
         """The shared harness's trials and guards, with the kernel run on this NeuronCore."""
         from nkibot.backends.sim import SimBackend
 

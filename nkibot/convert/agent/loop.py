@@ -31,6 +31,7 @@ from nkibot.results import (
     VerifyResult,
 )
 from nkibot.task import Task
+from nkibot.verify.reference import ReferenceSet
 
 log = structlog.get_logger(__name__)
 
@@ -196,7 +197,7 @@ async def run_loop(
     *,
     router: Router,
     backend: KernelBackend,
-    reference: object,
+    reference: ReferenceSet,
     settings: Settings,
     on_turn: Callable[[TurnRecord], None] | None = None,
     should_stop: Callable[[], bool] | None = None,

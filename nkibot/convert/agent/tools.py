@@ -16,6 +16,7 @@ from nkibot.convert.agent import feedback, knowledge
 from nkibot.results import CompileResult, ToolCallRecord, VerifyResult
 from nkibot.task import Task
 from nkibot.verify.guards import jit_functions
+from nkibot.verify.reference import ReferenceSet
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -69,7 +70,7 @@ class ToolRunner:
 
     backend: KernelBackend
     task: Task
-    reference: object
+    reference: ReferenceSet
     _compiled: dict[str, CompileResult] = field(default_factory=dict)
     _verified: dict[str, VerifyResult] = field(default_factory=dict)
 

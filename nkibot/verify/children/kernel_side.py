@@ -1,38 +1,43 @@
 """Harness child op `run_kernel`: run a candidate kernel under the NKI simulator.
 
-Torch-free on purpose (fast start, and nothing a kernel could reach for). The kernel
-gets copies of its inputs, so that writes into them can be detected against the
-originals; trial 0 runs twice so that nondeterminism shows. Expected outputs are never
-passed to this process: the parent compares.
+Torch-free on purpose: torch is not even in this child's view of the Python install.
+The kernel's source arrives in the request (stdin) and is compiled from memory; its
+inputs are read-only files the parent made. Each trial's outputs, and the inputs as the
+kernel left them, are written raw to fixed names in the parent's output directory
+(`protocol.output_name`). This process decides nothing: determinism, input mutation and
+correctness are all judged by the parent on its own copies.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import linecache
 import sys
-import time
+import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nkibot.verify.harness import error_dict
 from nkibot.verify.protocol import (
+    KernelReply,
+    dtype_name,
+    error_dict,
     load_array,
+    output_name,
     random_array,
     save_array,
     to_kernel_dtype,
 )
 
 
-def _import_kernel(path: Path, function: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"nkibot_kernel_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import kernel file {path.name}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    kernel = getattr(module, function, None)
+def _import_kernel(src: str, function: str, filename: str) -> Any:
+    # Registered in linecache so tracebacks and inspect.getsource see the source.
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    module = types.ModuleType("nkibot_kernel")
+    module.__file__ = filename
+    sys.modules[module.__name__] = module
+    exec(compile(src, filename, "exec"), module.__dict__)  # noqa: S102
+    kernel = module.__dict__.get(function)
     if kernel is None:
         raise LookupError(f"the kernel file defines no function {function!r}")
     return kernel
@@ -49,46 +54,28 @@ def _outputs(result: Any) -> list[np.ndarray[Any, Any]]:
         if not isinstance(item, np.ndarray):
             raise TypeError(f"kernel output {i} is a {type(item).__name__}, not an array: "
                             "allocate it with nl.ndarray(..., buffer=nl.shared_hbm) and return it")
-        arrays.append(item)
+        arrays.append(np.array(item, copy=True, subok=False))
     return arrays
 
 
-def _call(run: Any, originals: list[np.ndarray[Any, Any]], names: list[str]
-          ) -> tuple[list[np.ndarray[Any, Any]], list[str]]:
-    """Call the kernel on copies; return outputs and the names of inputs it modified."""
-    copies = [a.copy() for a in originals]
-    outputs = _outputs(run(*copies))
-    modified = [names[i] if i < len(names) else f"arg{i}"
-                for i, (a, b) in enumerate(zip(originals, copies, strict=True))
-                if a.tobytes() != b.tobytes()]
-    return outputs, modified
-
-
-def _trial_arrays(request: dict[str, Any]) -> list[list[np.ndarray[Any, Any]]]:
+def _trial_arrays(request: dict[str, Any]) -> dict[int, list[np.ndarray[Any, Any]]]:
     state = [load_array(d) for d in request.get("state", [])]
     if "random" in request:
         rng = np.random.default_rng(int(request["random"].get("seed", 0)))
         specs = request["random"]["specs"]
-        trials = [[random_array(list(s["shape"]), str(s["dtype"]), rng) for s in specs]]
+        trials = {0: [random_array(list(s["shape"]), str(s["dtype"]), rng) for s in specs]}
     else:
-        trials = [[load_array(d) for d in trial["inputs"]] + state
-                  for trial in request["trials"]]
-    return [[to_kernel_dtype(a) for a in arrays] for arrays in trials]
+        trials = {int(t["index"]): [load_array(d) for d in t["inputs"]] + state
+                  for t in request["trials"]}
+    return {t: [to_kernel_dtype(a) for a in arrays] for t, arrays in trials.items()}
 
 
-def _same(a: list[np.ndarray[Any, Any]], b: list[np.ndarray[Any, Any]]) -> bool:
-    return len(a) == len(b) and all(
-        x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
-        for x, y in zip(a, b, strict=True))
-
-
-def run_kernel(request: dict[str, Any]) -> dict[str, Any]:
+def run_kernel(request: dict[str, Any]) -> KernelReply:
     """Run the candidate on every trial: on the simulator, or on the NeuronCore (`device`)."""
-    names = list(request.get("arg_names", []))
-    reply: dict[str, Any] = {"ok": False, "simulator": None, "device": None, "trials": [],
-                             "deterministic": None, "error": None, "stats": {}}
+    reply: KernelReply = {"ok": False, "simulator": None, "device": None, "error": None,
+                          "stats": {}}
     if request.get("device") == "neuron":
-        _run_on_neuron(request, names, reply)
+        _run_on_neuron(request, reply)
         reply["ok"] = reply["error"] is None
         return reply
     try:
@@ -101,7 +88,7 @@ def run_kernel(request: dict[str, Any]) -> dict[str, Any]:
         import nki
 
         reply["simulator"] = _simulator_name(nki)
-        _load_and_run(request, names, reply, lambda kernel: nki.simulate(kernel))
+        _load_and_run(request, reply, lambda kernel: nki.simulate(kernel))
     reply["stats"] = _stats()
     if request.get("cost_model") and reply["error"] is None:
         reply["model"] = _model(request, str(request["cost_model"]))
@@ -111,61 +98,58 @@ def run_kernel(request: dict[str, Any]) -> dict[str, Any]:
 
 def _model(request: dict[str, Any], target: str) -> dict[str, Any]:
     """The cost model's estimate on the first trial's inputs (labelled as a model figure)."""
+    filename = Path(str(request.get("filename") or "kernel.py")).name
     try:
         from nkibot.sim import activate
         from nkibot.sim.cost import estimate
 
         with activate(force=True, target=target):
-            kernel = _import_kernel(Path(str(request["kernel_path"])).resolve(),
-                                    str(request["function"]))
-        arrays = _trial_arrays(request)[0]
+            kernel = _import_kernel(str(request["source"]), str(request["function"]), filename)
+        arrays = next(iter(_trial_arrays(request).values()))
         return estimate(kernel, *arrays, target=target).as_dict()
     except Exception as exc:  # the estimate is informational; say why it is missing
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
-def _run_on_neuron(request: dict[str, Any], names: list[str], reply: dict[str, Any]) -> None:
+def _run_on_neuron(request: dict[str, Any], reply: KernelReply) -> None:
     # The real nki package compiles and runs the kernel on the NeuronCore that the
     # parent pinned with NEURON_RT_VISIBLE_CORES; the trials and guards are unchanged.
     from nkibot.backends.neuron.device import run_on_device
 
     reply["device"] = "neuron"
-    _load_and_run(request, names, reply,
+    _load_and_run(request, reply,
                   lambda kernel: lambda *arrays: tuple(run_on_device(kernel, arrays)))
 
 
-def _load_and_run(request: dict[str, Any], names: list[str], reply: dict[str, Any],
-                  wrap: Any) -> None:
-    kernel_path = str(Path(request["kernel_path"]).resolve())
+def _load_and_run(request: dict[str, Any], reply: KernelReply, wrap: Any) -> None:
+    filename = Path(str(request.get("filename") or "kernel.py")).name
     try:
-        kernel = _import_kernel(Path(kernel_path), str(request["function"]))
+        kernel = _import_kernel(str(request["source"]), str(request["function"]), filename)
         run = wrap(kernel)
         trials = _trial_arrays(request)
     except BaseException as exc:  # import-time errors are the kernel's, not ours
-        reply["error"] = {**error_dict(exc, kernel_path), "trial": None}
+        reply["error"] = {**error_dict(exc, filename), "trial": None}
         return
-    _run_trials(run, trials, names, Path(request["out_dir"]),
-                bool(request.get("determinism")), reply, kernel_path)
+    order = [int(t) for t in request.get("order", sorted(trials))]
+    _run_trials(run, trials, order, Path(request["out_dir"]), reply, filename)
 
 
-def _run_trials(run: Any, trials: list[list[np.ndarray[Any, Any]]], names: list[str],
-                out_dir: Path, determinism: bool, reply: dict[str, Any],
-                kernel_path: str) -> None:
-    for t, arrays in enumerate(trials):
-        started = time.monotonic()
+def _run_trials(run: Any, trials: dict[int, list[np.ndarray[Any, Any]]], order: list[int],
+                out_dir: Path, reply: KernelReply, filename: str) -> None:
+    for t in order:
+        arrays = [a.copy() for a in trials[t]]
         try:
-            outputs, modified = _call(run, arrays, names)
-            if determinism and t == 0:
-                again, _ = _call(run, arrays, names)
-                reply["deterministic"] = _same(outputs, again)
+            outputs = _outputs(run(*arrays))
         except BaseException as exc:  # a kernel's failure is a result, whatever it raised
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            reply["error"] = {**error_dict(exc, kernel_path), "trial": t}
+            reply["error"] = {**error_dict(exc, filename), "trial": t}
             return
-        saved = [save_array(out_dir / f"trial{t}_out{k}.npy", o) for k, o in enumerate(outputs)]
-        reply["trials"].append({"outputs": saved, "inputs_modified": modified,
-                                "seconds": time.monotonic() - started})
+        for k, out in enumerate(outputs):
+            save_array(out_dir / output_name(t, k, dtype_name(out.dtype)), out)
+        # The inputs as the kernel left them; the parent compares them with its own.
+        for i, arg in enumerate(arrays):
+            save_array(out_dir / f"t{t}_a{i}.{dtype_name(arg.dtype)}.npy", np.asarray(arg))
 
 
 def _stats() -> dict[str, Any]:

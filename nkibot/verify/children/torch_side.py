@@ -164,16 +164,22 @@ def _trial_inputs(get_inputs: Any, specs: list[dict[str, Any]], seed: int) -> li
     return out
 
 
-def _large(inputs: list[Any], seed: int, scale: float) -> list[Any]:
-    """Large magnitudes with both signs: floats scaled and randomly sign-flipped."""
+def _transform(inputs: list[Any], seed: int, kind: str | None, value: float) -> list[Any]:
+    """A stress trial's inputs: floats scaled with random signs ("scale"), or shifted
+    ("offset"); integer and boolean inputs, and Python scalars (compile-time constants),
+    are left alone."""
+    if kind is None:
+        return inputs
     gen = torch.Generator().manual_seed(seed)
     out = []
     for t in inputs:
-        if isinstance(t, torch.Tensor) and t.is_floating_point():
-            signs = torch.where(torch.rand(t.shape, generator=gen) < 0.5, -1.0, 1.0)
-            out.append((t.float() * signs * scale).to(t.dtype))
-        else:
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             out.append(t)
+        elif kind == "scale":
+            signs = torch.where(torch.rand(t.shape, generator=gen) < 0.5, -1.0, 1.0)
+            out.append((t.float() * signs * value).to(t.dtype))
+        else:
+            out.append((t.float() + value).to(t.dtype))
     return out
 
 
@@ -211,13 +217,10 @@ def reference(request: dict[str, Any]) -> dict[str, Any]:
     state = [save_array(state_dir / f"state{i}.npy", _state_array(v))
              for i, (_, v) in enumerate(state_items)]
     trials = []
-    plan = [(seed, "normal", False) for seed in request["seeds"]]
-    if request.get("large_seed") is not None:
-        plan.append((int(request["large_seed"]), "large magnitude", True))
-    for t, (seed, label, large) in enumerate(plan):
-        inputs = _trial_inputs(get_inputs, specs, seed)
-        if large:
-            inputs = _large(inputs, seed, float(request.get("large_scale", 10.0)))
+    for t, step in enumerate(request["plan"]):
+        seed, label = int(step["seed"]), str(step["label"])
+        inputs = _transform(_trial_inputs(get_inputs, specs, seed), seed, step.get("kind"),
+                            float(step.get("value", 0.0)))
         try:
             trials.append(_one_trial(request, t, seed, label, inputs, model, native_model, low))
         except ReferenceProblem as exc:
