@@ -30,7 +30,9 @@ LOWERED_MODULES: frozenset[str] = frozenset({
     "Identity", "ReLU", "Sigmoid", "Tanh", "GELU", "SiLU", "Mish", "Softplus", "Softsign",
     "ELU", "SELU", "CELU", "Hardsigmoid", "Hardswish", "Hardtanh", "ReLU6", "LeakyReLU",
     "LogSigmoid", "Softmax", "LogSoftmax", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
-    "KLDivLoss", "CosineSimilarity",
+    "KLDivLoss", "CosineSimilarity", "TripletMarginLoss",
+    "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+    "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
 })
 #: Ops whose result no NKI kernel can reproduce: output shapes that depend on the data
 #: (kernel shapes are fixed at compile time), host round-trips, and random sampling (the

@@ -93,17 +93,13 @@ class TestConvert:
         assert result.status == "cancelled" and result.turns == 0
 
 
-CONV_REFERENCE = """import torch
+UNLOWERED_REFERENCE = """import torch
 import torch.nn as nn
 
 
 class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(4, 8, 3)
-
     def forward(self, x):
-        return self.conv(x)
+        return torch.erfinv(torch.tanh(x))
 
 
 def get_inputs():
@@ -116,13 +112,13 @@ def get_init_inputs():
 
 
 @pytest.fixture(scope="module")
-def conv_task(tmp_path_factory: pytest.TempPathFactory) -> Task:
-    """A conv2d module: the deterministic lowering declines it."""
+def unlowered_task(tmp_path_factory: pytest.TempPathFactory) -> Task:
+    """An erfinv module: the deterministic lowering declines it (no NKI erfinv)."""
     from nkibot.convert.taskload import load_task
 
-    path = tmp_path_factory.mktemp("conv") / "conv.py"
-    path.write_text(CONV_REFERENCE, encoding="utf-8")
-    return load_task(path, "Model", display_path="conv.py")
+    path = tmp_path_factory.mktemp("erfinv") / "erfinv.py"
+    path.write_text(UNLOWERED_REFERENCE, encoding="utf-8")
+    return load_task(path, "Model", display_path="erfinv.py")
 
 
 class TestAutoRouting:
@@ -134,21 +130,21 @@ class TestAutoRouting:
         assert result.model == "lowering" and result.tokens.total == 0
         assert result.kernel is not None and result.kernel.function == "model_kernel"
 
-    async def test_only_lowering_available_says_so(self, conv_task: Task) -> None:
+    async def test_only_lowering_available_says_so(self, unlowered_task: Task) -> None:
         """When only the lowering can run and it declines, the result says so plainly."""
-        result = await convert(conv_task, settings=_settings(), model="auto", backend="sim",
+        result = await convert(unlowered_task, settings=_settings(), model="auto", backend="sim",
                                bedrock_available=False)
         assert result.status == "declined" and result.kernel is None
         assert result.reasons[0].startswith(
             "only the deterministic lowering was available (no ANTHROPIC_API_KEY or AWS "
-            "credentials); it declined: unsupported ops: aten.conv2d")
+            "credentials); it declined: unsupported ops: aten.erfinv")
 
     async def test_decline_escalates_to_claude(
-        self, anthropic_double: AnthropicDouble, conv_task: Task
+        self, anthropic_double: AnthropicDouble, unlowered_task: Task
     ) -> None:
         """With a key, the lowering's decline is turn 0 and Claude starts from it."""
         anthropic_double.enqueue(tool_reply("verify_kernel", {"code": NUMERIC_BUG}))
-        result = await convert(conv_task, settings=_settings(anthropic_double), model="auto",
+        result = await convert(unlowered_task, settings=_settings(anthropic_double), model="auto",
                                backend="sim", turns=1, bedrock_available=False)
         assert [(t.turn, t.model) for t in result.transcript] == [(0, "lowering"),
                                                                  (1, "claude-test")]

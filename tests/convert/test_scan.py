@@ -54,12 +54,12 @@ class Gather(nn.Module):
     def forward(self, x):
         return x[torch.nonzero(x > 0)].sum()
 
-class Conv(nn.Module):
+class Up(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
+        self.up = nn.Upsample(scale_factor=2)
     def forward(self, x):
-        return self.conv(x)
+        return self.up(x)
 '''
 CUDA = '''// comment: __global__ void not_me(int)
 template <int N>
@@ -90,9 +90,9 @@ class TestDiscoverSources:
         assert norm.lowering and norm.shapes_from == "get_inputs()"
         assert found["pkg/model.py::Block"].lowering  # Linear, silu and a covered RMSNorm
         assert found["pkg/model.py::Net"].lowering  # loops over covered Blocks
-        conv = found["pkg/model.py::Conv"]
-        assert not conv.lowering and conv.uncovered == ("Conv2d",)
-        assert conv.shapes == () and conv.shapes_from is None  # needs shapes
+        up = found["pkg/model.py::Up"]
+        assert not up.lowering and up.uncovered == ("Upsample",)
+        assert up.shapes == () and up.shapes_from is None  # needs shapes
 
     def test_call_counts_rank_hot_modules_first(self) -> None:
         """RMSNorm is called twice from Block's forward, Block once from Net's loop."""

@@ -33,7 +33,9 @@ class TestVerifyCommand:
         assert out["simulator"] == "nkibot-sim"
         verify = out["verify"]
         assert isinstance(verify, dict) and verify["passed"] is True
-        assert len(verify["trials"]) == 4  # 3 seeds + the large-magnitude trial
+        # 3 seeds + the large-magnitude, two offset (+-100) and overflow-scale trials
+        assert len(verify["trials"]) == 7
+        assert [t["label"].split(",")[0] for t in verify["trials"]].count("normal") == 3
         kernel = out["kernel"]
         assert isinstance(kernel, dict) and kernel["function"] == "relu_kernel"
         assert kernel["args"][0]["source"] == "input"

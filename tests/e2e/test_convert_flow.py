@@ -45,13 +45,13 @@ class TestConvertFlow:
 
     def test_unconvertible_target_fails_helpfully(self, stack: Stack) -> None:
         """A module the lowering declines gets a failed check run and a reply saying why."""
-        stack.comment("/nki convert src/models/conv.py::Conv")
+        stack.comment("/nki convert src/models/special.py::InverseErf")
         stack.dispatch()
         stack.run_jobs()
         (run,) = stack.check_runs()
         assert run["conclusion"] == "failure"
-        assert "aten.conv2d" in run["output"]["summary"]
+        assert "aten.erfinv" in run["output"]["summary"]
         assert not stack.pulls()
         reply = stack.replies()[-1]
-        assert reply.startswith("🚫 Conv: conversion declined") and "aten.conv2d" in reply
+        assert reply.startswith("🚫 InverseErf: conversion declined") and "aten.erfinv" in reply
         assert "--model claude" in reply

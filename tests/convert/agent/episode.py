@@ -80,7 +80,7 @@ def model_kernel(x):
 
 #: A kernel that exhausts the sandbox's memory limit before doing any work.
 MEMORY_HOG = GOOD.replace("    N, D = x.shape\n",
-                          "    N, D = x.shape\n    hog = [bytearray(1 << 28) for _ in range(64)]\n")
+                          "    N, D = x.shape\n    hog = [0.0] * (1 << 34)\n")
 
 #: Turn 3: compiles, but scales by 3 instead of 2.
 NUMERIC_BUG = GOOD.replace("operand0=2.0", "operand0=3.0")
