@@ -83,10 +83,14 @@ class Stack:
         return list(self.github.repo(REPO).pulls.values())
 
 
-@pytest.fixture
-def stack(github_double: GitHubDouble, github_settings: Settings) -> Iterator[Stack]:
-    """The seeded repository, and the webhook service serving on 127.0.0.1."""
-    github_double.add_repo(REPO, repo_files(), installation_id=INSTALLATION)
+def serve_stack(github_double: GitHubDouble, github_settings: Settings,
+                config: str | None = None) -> Iterator[Stack]:
+    """Seed the repository (with `config` as its `.github/nki-bot.yml` when given) and serve
+    the webhook service on 127.0.0.1 for as long as the caller iterates."""
+    files = repo_files()
+    if config is not None:
+        files[".github/nki-bot.yml"] = config
+    github_double.add_repo(REPO, files, installation_id=INSTALLATION)
     github_double.add_issue(REPO, ISSUE, body="Please convert our norm.")
     github_double.set_permission(REPO, SENDER, "write")
     settings = github_settings.model_copy(update={
@@ -94,3 +98,9 @@ def stack(github_double: GitHubDouble, github_settings: Settings) -> Iterator[St
         "anthropic_api_key": None})
     with ServerThread(create_app(settings)) as url:
         yield Stack(github_double, settings, url)
+
+
+@pytest.fixture
+def stack(github_double: GitHubDouble, github_settings: Settings) -> Iterator[Stack]:
+    """The seeded repository, and the webhook service serving on 127.0.0.1."""
+    yield from serve_stack(github_double, github_settings)

@@ -8,26 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from nkibot.bot.app import create_app
 from nkibot.config.settings import Settings
-from tests.e2e.conftest import INSTALLATION, ISSUE, REPO, SENDER, Stack, repo_files
+from tests.e2e.conftest import REPO, Stack, serve_stack
 from tests.fakes.github import GitHubDouble
-from tests.fakes.server import ServerThread
 
 TARGET = "src/models/norm.py::RMSNorm"
 
 
 def _stack(github_double: GitHubDouble, github_settings: Settings, config: str) -> Iterator[Stack]:
-    files = repo_files()
-    files[".github/nki-bot.yml"] = config
-    github_double.add_repo(REPO, files, installation_id=INSTALLATION)
-    github_double.add_issue(REPO, ISSUE, body="Please convert our norm.")
-    github_double.set_permission(REPO, SENDER, "write")
-    settings = github_settings.model_copy(update={
-        "model": "lowering", "backend": "sim", "check_run_update_interval_s": 0.0,
-        "anthropic_api_key": None})
-    with ServerThread(create_app(settings)) as url:
-        yield Stack(github_double, settings, url)
+    yield from serve_stack(github_double, github_settings, config)
 
 
 @pytest.fixture

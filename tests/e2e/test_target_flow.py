@@ -6,11 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from nkibot.bot.app import create_app
 from nkibot.config.settings import Settings
-from tests.e2e.conftest import ISSUE, REPO, SENDER, Stack, repo_files
+from tests.e2e.conftest import REPO, Stack, repo_files, serve_stack
 from tests.fakes.github import GitHubDouble
-from tests.fakes.server import ServerThread
 
 TARGET = "src/models/norm.py::RMSNorm"
 
@@ -18,18 +16,9 @@ TARGET = "src/models/norm.py::RMSNorm"
 @pytest.fixture
 def trn2_stack(github_double: GitHubDouble, github_settings: Settings) -> Iterator[Stack]:
     """The seeded repository with `target: trn2` in its config."""
-    files = repo_files()
-    config = files[".github/nki-bot.yml"]
+    config = repo_files()[".github/nki-bot.yml"]
     text = config.decode() if isinstance(config, bytes) else config
-    files[".github/nki-bot.yml"] = text.rstrip("\n") + "\ntarget: trn2\n"
-    github_double.add_repo(REPO, files, installation_id=7)
-    github_double.add_issue(REPO, ISSUE, body="Please convert our norm.")
-    github_double.set_permission(REPO, SENDER, "write")
-    settings = github_settings.model_copy(update={
-        "model": "lowering", "backend": "sim", "check_run_update_interval_s": 0.0,
-        "anthropic_api_key": None})
-    with ServerThread(create_app(settings)) as url:
-        yield Stack(github_double, settings, url)
+    yield from serve_stack(github_double, github_settings, text.rstrip("\n") + "\ntarget: trn2\n")
 
 
 class TestTargetFlow:
