@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from nkibot.convert.options import JsonOption, ShapeOption, TargetOption
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.status import Status as RichStatus
@@ -89,12 +91,9 @@ def convert(
     optimize_turns: Annotated[int, typer.Option(
         "--optimize-turns", min=0, max=10,
         help="turns asking for a faster kernel after the first verified one (0: off)")] = 3,
-    shape: Annotated[list[str] | None, typer.Option(
-        help="input shape override NAME=DIMSxDTYPE, e.g. x=128x256xfloat32")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="print the JSON result")] = False,
-    platform: Annotated[str | None, typer.Option(
-        "--target", help="Trainium generation trn1|trn2|trn3 (default: NKIBOT_TARGET, else "
-                         "this host's device, else trn1)")] = None,
+    shape: ShapeOption = None,
+    json_output: JsonOption = False,
+    platform: TargetOption = None,
 ) -> None:
     """Convert FILE::Name into a verified NKI kernel, locally."""
     from rich.console import Console

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from nkibot.backends.base import KernelBackend
+from nkibot.convert.options import JsonOption, ShapeOption, TargetOption
 from nkibot.results import (
     CompileResult,
     ConversionResult,
@@ -133,14 +134,11 @@ def verify(
     target: Annotated[str, typer.Argument(help="the PyTorch reference, FILE::Name")],
     kernel: Annotated[str, typer.Option("--kernel", help="KERNEL.py[::function]")],
     backend: Annotated[str, typer.Option(help="sim|neuron")] = "sim",
-    trials: Annotated[int, typer.Option(min=1, max=50,
-                                        help="seeded trials (plus one large-magnitude)")] = 5,
-    shape: Annotated[list[str] | None, typer.Option(
-        help="input shape override NAME=DIMSxDTYPE, e.g. x=128x256xfloat32")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="print the JSON result")] = False,
-    platform: Annotated[str | None, typer.Option(
-        "--target", help="Trainium generation trn1|trn2|trn3 (default: NKIBOT_TARGET, else "
-                         "this host's device, else trn1)")] = None,
+    trials: Annotated[int, typer.Option(
+        min=1, max=50, help="seeded trials (plus large-magnitude, offset, overflow)")] = 5,
+    shape: ShapeOption = None,
+    json_output: JsonOption = False,
+    platform: TargetOption = None,
 ) -> None:
     """Check a kernel against its PyTorch reference: trials, statistics and guards."""
     from nkibot.backends.sim import KernelSourceError, resolve_function
