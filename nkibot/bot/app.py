@@ -18,7 +18,7 @@ from nkibot.bot.group_commit import GroupCommit
 from nkibot.bot.metrics import Metrics
 from nkibot.config.settings import Settings
 from nkibot.jobs.factory import open_job_state, open_named_queue
-from nkibot.jobs.queue import BatchPut, Queue
+from nkibot.jobs.queue import BatchPut, Closeable, Queue
 from nkibot.jobs.sqs import MessageTooLarge
 
 log = structlog.get_logger("nkibot.app")
@@ -69,8 +69,12 @@ class Inbox:
             await self.group.close()
 
 
-def _lifespan(settings: Settings, queue: Queue, metrics: Metrics, inbox: Inbox) -> Lifespan:
-    """Run the dispatcher beside the service when settings enable it; stop it on shutdown."""
+def _lifespan(settings: Settings, queue: Queue, metrics: Metrics, inbox: Inbox,
+              owned: bool) -> Lifespan:
+    """Run the dispatcher beside the service when settings enable it; stop it on shutdown.
+
+    `owned`: the app opened `queue` itself, so it closes it (and its checkpoint thread).
+    """
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -87,6 +91,8 @@ def _lifespan(settings: Settings, queue: Queue, metrics: Metrics, inbox: Inbox) 
         if task is not None:
             await task
         await inbox.close()
+        if owned and isinstance(queue, Closeable):
+            queue.close()
 
     return lifespan
 
@@ -141,8 +147,9 @@ def create_app(settings: Settings, inbox: Queue | None = None) -> FastAPI:
     metrics.watch_depth(queue.depth)
     secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else None
     writer = Inbox(queue)
-    app = FastAPI(title="nkibot", lifespan=_lifespan(settings, queue, metrics, writer),
-                  docs_url=None, redoc_url=None, openapi_url=None)
+    lifespan = _lifespan(settings, queue, metrics, writer, owned=inbox is None)
+    app = FastAPI(title="nkibot", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
     app.state.metrics = metrics
     app.state.inbox = queue
     app.add_exception_handler(Exception, lambda _request, exc: _our_failure(exc))

@@ -27,7 +27,10 @@ def open_queue(url: str, name: QueueName, settings: Settings) -> Queue:
     """Open queue `name` at `url`; SQLite keeps both names in one file, SQS has one URL each."""
     path = sqlite_path(url)
     if path is not None:
-        return SqliteQueue(path, name, max_attempts=settings.max_attempts)
+        # The inbox takes every webhook commit on the service's event loop: its WAL
+        # checkpoints run on a thread of their own (jobs/checkpoint.py).
+        return SqliteQueue(path, name, max_attempts=settings.max_attempts,
+                           background_checkpoint=name == "inbox")
     if url.startswith("sqs://"):
         from nkibot.jobs.sqs import SqsQueue, sqs_client
 

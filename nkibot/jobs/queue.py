@@ -63,6 +63,13 @@ class Purgeable(Protocol):
         ...
 
 
+@runtime_checkable
+class Closeable(Protocol):
+    def close(self) -> None:
+        """Release the connection and any thread the queue started."""
+        ...
+
+
 @dataclass(frozen=True)
 class DeadLetter:
     """An item that used up its attempts (SQLite: marked dead; SQS: moved to the DLQ)."""

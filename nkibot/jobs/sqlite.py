@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from nkibot.jobs.checkpoint import WalCheckpointer
 from nkibot.jobs.queue import DeadLetter, Lease
 
 _NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
@@ -40,7 +41,10 @@ def connect(path: Path) -> sqlite3.Connection:
 class SqliteQueue:
     """The `Queue` protocol on one SQLite table; safe across threads and processes."""
 
-    def __init__(self, path: Path, name: str, max_attempts: int = 3) -> None:
+    def __init__(self, path: Path, name: str, max_attempts: int = 3,
+                 background_checkpoint: bool = False) -> None:
+        """`background_checkpoint`: WAL checkpoints run on a thread, never inside a commit
+        (the webhook inbox, whose commits run on the event loop; see `jobs/checkpoint.py`)."""
         if not name or set(name) - _NAME_OK:
             raise ValueError(f"queue name must be [a-z0-9_]+, got {name!r}")
         self.path = path
@@ -49,6 +53,10 @@ class SqliteQueue:
         self._table = f"q_{name}"
         self._lock = threading.Lock()
         self._conn = connect(path)
+        self._checkpointer: WalCheckpointer | None = None
+        if background_checkpoint and str(path) != ":memory:":
+            self._conn.execute("PRAGMA wal_autocheckpoint=0")
+            self._checkpointer = WalCheckpointer(path)
         with self._tx() as cur:
             cur.execute(
                 f"CREATE TABLE IF NOT EXISTS {self._table} ("
@@ -61,6 +69,8 @@ class SqliteQueue:
                 f"CREATE INDEX IF NOT EXISTS {self._table}_ready"
                 f" ON {self._table}(state, visible_at)"
             )
+        if self._checkpointer is not None:
+            self._checkpointer.start()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:
@@ -201,3 +211,5 @@ class SqliteQueue:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
