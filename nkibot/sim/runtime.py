@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.sim import dtypes, isa, language, targets
+from nkibot.sim import dtypes, hostio, isa, language, targets
 from nkibot.sim import typing as sim_typing
 from nkibot.sim.alloc import wrap
 from nkibot.sim.errors import KernelError, SimError, fail
@@ -103,7 +103,7 @@ def simulate(kernel: Any) -> Callable[..., Any]:
 def _to_tensor(arg: Any, buffer: MemoryRegion, index: int) -> Any:
     if isinstance(arg, NkiTensor) or not (isinstance(arg, np.ndarray) or hasattr(arg, "detach")):
         return arg
-    arr = arg.detach().cpu().numpy() if hasattr(arg, "detach") else arg
+    arr = hostio.torch_to_numpy(arg) if hasattr(arg, "detach") else arg
     if arr.dtype == np.float64:
         raise fail("float64-input", f"kernel argument {index} is a float64 array of shape "
                                     f"{list(arr.shape)}; NKI has no float64")
@@ -183,7 +183,10 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
         LOCAL.state = RunState(1, target)
     written = tuple(t for t in (*tensors, *targs.values())
                     if isinstance(t, NkiTensor) and handle(t).alloc.written)
-    return _to_numpy(results[0], state, written=written)
+    out = _to_numpy(results[0], state, written=written)
+    if any(hostio.is_torch(a) for a in (*args, *kwargs.values())):
+        return hostio.numpy_to_torch(out)  # torch in, torch out, as the official simulator
+    return out
 
 
 def stats() -> dict[str, Any]:
