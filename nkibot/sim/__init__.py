@@ -33,8 +33,10 @@ view of it is referenced (tiles allocated in a loop body recycle each iteration)
 Host boundary (opaque.py), as on hardware: tensors have no public backing array; NumPy
 applied to a tensor (`np.exp(t)`, `np.asarray(t)`) raises `host-compute` naming the
 nl/nisa op to use; `bool/int/float/index` of a tensor raise `data-dependent-control`;
-results must be shared_hbm tensors the kernel allocated in this launch (`result-illegal`;
-returning nothing is fine when the kernel writes its inputs in place).
+results are tensors the kernel allocated in this launch (else `result-illegal`; returning
+nothing is fine when the kernel writes its inputs in place); an hbm or on-chip result is
+copied out as the official simulator does, with a note in `stats()["notes"]` (the
+compiler wants shared_hbm outputs).
 
 Errors: `ConstraintError` (a hardware rule) and `KernelError` (anything else raised in the
 kernel, rule `kernel-exception`) carry `rule`, `file`, `line`, `fix`; str() reads

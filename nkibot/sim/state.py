@@ -29,6 +29,8 @@ class Counters:
     dma_bytes: int = 0
     peak_sbuf_bytes_per_partition: int = 0
     peak_psum_bytes_per_partition: int = 0
+    #: Hardware caveats of a run the simulator accepted (e.g. a non-shared_hbm result).
+    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -37,6 +39,7 @@ class Counters:
             "dma_bytes": self.dma_bytes,
             "peak_sbuf_bytes_per_partition": self.peak_sbuf_bytes_per_partition,
             "peak_psum_bytes_per_partition": self.peak_psum_bytes_per_partition,
+            "notes": list(self.notes),
         }
 
 
