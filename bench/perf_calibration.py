@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import perf_calibration_ports as ports  # bench/ is not a package
 
 from nkibot.sim import activate
-from nkibot.sim.cost import estimate
+from nkibot.sim.cost import Knobs, estimate
 
 TIE = 0.05
 
@@ -37,8 +37,15 @@ def _kwargs(raw: dict[str, Any]) -> dict[str, Any]:
             if isinstance(v, list) else v for k, v in raw.items()}
 
 
-def predict(folder: Path, point: dict[str, Any]) -> tuple[float | None, str]:
-    """(predicted µs, "") or (None, why it could not run)."""
+def predict(folder: Path, point: dict[str, Any], compiler: str = "legacy"
+            ) -> tuple[float | None, str]:
+    """(predicted µs, "") or (None, why it could not run).
+
+    `compiler`: what compiled the measured kernel when the point does not say
+    (`"compiler"` field): "legacy" (neuronxcc's NKI 1, which vectorised affine loops)
+    or "current".
+    """
+    knobs = Knobs(loop_vectorize=point.get("compiler", compiler) == "legacy")
     path = folder / point["kernel_file"]
     spec = importlib.util.spec_from_file_location(point["id"].replace("-", "_"), path)
     if spec is None or spec.loader is None:
@@ -49,7 +56,8 @@ def predict(folder: Path, point: dict[str, Any]) -> tuple[float | None, str]:
         with activate(force=True, target=point.get("target", "trn1")):
             spec.loader.exec_module(module)
         rep = estimate(getattr(module, point["function"]), *shapes,
-                       target=point.get("target", "trn1"), **_kwargs(point.get("kwargs", {})))
+                       target=point.get("target", "trn1"), knobs=knobs,
+                       **_kwargs(point.get("kwargs", {})))
     except Exception as exc:  # reported as not runnable, never hidden or guessed
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
     return rep.makespan_us, ""
@@ -68,17 +76,17 @@ def chain_in_order(rows: list[dict[str, Any]]) -> bool:
     return True
 
 
-def evaluate(folder: Path, only: list[str], port_fixes: bool = True
+def evaluate(folder: Path, only: list[str], port_fixes: bool = True, compiler: str = "legacy"
              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every point of `folder`, with the port fixes applied to a copy unless told not to."""
     if not port_fixes:
-        return _evaluate(folder, only, {})
+        return _evaluate(folder, only, {}, compiler)
     with tempfile.TemporaryDirectory(prefix="perf-calibration-") as tmp:
         used = ports.patched_copy(folder, Path(tmp))
-        return _evaluate(Path(tmp), only, used)
+        return _evaluate(Path(tmp), only, used, compiler)
 
 
-def _evaluate(folder: Path, only: list[str], fixed: dict[str, list[str]]
+def _evaluate(folder: Path, only: list[str], fixed: dict[str, list[str]], compiler: str
               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     points = json.loads((folder / "points.json").read_text())
     rows = []
@@ -86,7 +94,7 @@ def _evaluate(folder: Path, only: list[str], fixed: dict[str, list[str]]
         if only and p["id"] not in only:
             continue
         t0 = time.perf_counter()
-        pred, why = predict(folder, p)
+        pred, why = predict(folder, p, compiler)
         ratio = pred / p["measured_us"] if pred is not None else None
         rows.append({"id": p["id"], "chain": p["chain"], "order": p["order"],
                      "predicted_us": None if pred is None else round(pred, 1),
@@ -119,12 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=[])
     ap.add_argument("--no-port-fixes", action="store_true",
                     help="run the kernels as they are (no bench/perf_calibration_ports.py fixes)")
+    ap.add_argument("--compiler", choices=("legacy", "current"), default="legacy",
+                    help="what compiled the measured kernels, for points that do not say "
+                         "(default legacy: the shared folder's autocomp points are NKI 1)")
     args = ap.parse_args(argv)
     if not (args.folder / "points.json").is_file():
         print(f"{args.folder}: no points.json here; pass a folder like shared/perf-calibration",
               file=sys.stderr)
         return 2
-    rows, summary = evaluate(args.folder, args.only, not args.no_port_fixes)
+    rows, summary = evaluate(args.folder, args.only, not args.no_port_fixes,
+                             args.compiler)
     if args.json:
         for r in rows:
             print(json.dumps({k: r[k] for k in ("id", "predicted_us", "measured_us", "ratio",
