@@ -70,6 +70,15 @@ DMA_FIXED_NS = Ranged(1300.0, 1300.0, 2000.0, "DMA:41")
 #: read it as a per-descriptor cost `d`: efficiency = c / (c + d * bw) for a run of c
 #: bytes; the range keeps 2 KiB at 67-89 % and 256 B at 20-50 % of peak.
 DMA_DESCRIPTOR_NS = Ranged(15.0, 15.0, 60.0, "DMA:55-82")
+#: Loop vectorization (legacy compiler, `Knobs.loop_vectorize`): the legacy affine_range
+#: docstring (SDK v2.26.0 general/nki/api/nki/language/__init__.py:238-241) says the
+#: compiler vectorises affine loops but not how far. ASSUMED, not documented: an
+#: innermost affine loop is vectorised when its body's instructions, merged, stay within
+#: 512 elements per partition (one 2 KiB PSUM bank of fp32, ARCH1:778-781, the largest
+#: tile the ISA's matmul path handles). Chosen knowing the conv1d chain: a 64-iteration
+#: loop of 3-element ops (step 6) was measured 10x faster than the same body in a loop of
+#: 2048 (step 5); any bound from 192 to 6143 separates them, this one has a documented size.
+VECTORIZE_MAX_FREE = 512
 
 TRN1 = Target(
     name="trn1",

@@ -25,6 +25,16 @@ class Knobs:
     dependent_overhead: float = C.DEPENDENT_OVERHEAD.value
     dma_fixed_ns: float = C.DMA_FIXED_NS.value
     dma_descriptor_ns: float = C.DMA_DESCRIPTOR_NS.value
+    #: Cost innermost affine loops of small instructions as the legacy compiler's loop
+    #: vectorization would (vectorize.py); off for today's compiler, whose affine_range is
+    #: an alias of range.
+    loop_vectorize: bool = False
+    #: An instruction whose tiles are ready may take a gap its engine left idle before a
+    #: later-issued one (the compiler schedules independent iterations, timeline.py).
+    fill_gaps: bool = True
+    #: False: no SBUF/PSUM capacity check (a kernel its compiler had to spill still gets
+    #: an estimate, without the spill traffic; the calibration bench labels such rows).
+    check_capacity: bool = True
 
 
 def free_elems(t: NkiTensor) -> int:
@@ -60,11 +70,14 @@ def matmul(target: C.Target, reads: list[NkiTensor], writes: list[NkiTensor],
 
 
 def elementwise(target: C.Target, engine: str, reads: list[NkiTensor],
-                writes: list[NkiTensor], knobs: Knobs) -> float:
-    """ns of one Vector/Scalar/GpSimd instruction: about N cycles a pass over free size N."""
+                writes: list[NkiTensor], knobs: Knobs, scale: int = 1) -> float:
+    """ns of one Vector/Scalar/GpSimd instruction: about N cycles a pass over free size N.
+
+    `scale`: the instruction stands for that many iterations of a vectorised loop body.
+    """
     tiles = [t for t in reads if t.buffer in ON_CHIP]
     outs = [t for t in writes if t.buffer in ON_CHIP]
-    n = max((free_elems(t) for t in tiles + outs), default=1)
+    n = max((free_elems(t) for t in tiles + outs), default=1) * scale
     # ARCH1:393-395: one input tile about N cycles, two input tiles about 2N (VectorE);
     # ScalarE reads at most one tensor per instruction (ARCH1:497-499).
     big = [t for t in tiles if free_elems(t) > 1]

@@ -18,6 +18,8 @@ import numpy as np
 
 from nkibot.sim.cost import constants as C
 from nkibot.sim.cost import model as M
+from nkibot.sim.cost.timeline import Timeline, earliest
+from nkibot.sim.cost.vectorize import Member, Vectorizer
 from nkibot.sim.storage import handle
 from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
@@ -88,7 +90,7 @@ class Recorder:
         self.target, self.knobs = target, knobs or M.Knobs()
         self.depth = 0
         self.cores = 1
-        self.free = dict.fromkeys((*ENGINES, "sbuf_port", "psum_port"), 0.0)
+        self.lines = {r: Timeline() for r in (*ENGINES, "sbuf_port", "psum_port")}
         self.busy = dict.fromkeys((*ENGINES, "dma"), 0.0)
         self.count_by = dict.fromkeys((*ENGINES, "dma"), 0)
         self.dma_busy: list[tuple[float, float]] = []  # sorted busy intervals of the pool
@@ -107,11 +109,22 @@ class Recorder:
         self._reads: list[NkiTensor] = []
         self._writes: list[NkiTensor] = []
         self._pending: list[tuple[str, int]] = []
+        self.vec = Vectorizer(self._issue, C.VECTORIZE_MAX_FREE, self.knobs.loop_vectorize)
+
+    # ---- affine loops (the legacy compiler's loop vectorization, vectorize.py) --------
+    def loop_enter(self, trip: int) -> None:
+        self.vec.enter(trip)
+
+    def loop_next(self) -> None:
+        self.vec.next()
+
+    def loop_exit(self) -> None:
+        self.vec.exit()
 
     def next_core(self) -> None:
         """The next logical core (LNC2) starts at time 0 on its own engines and queues."""
         self.cores += 1
-        self.free = dict.fromkeys(self.free, 0.0)
+        self.lines = {r: Timeline() for r in self.lines}
         self.dma_busy, self.dma_floor = [], 0.0
         self.last, self.tiles = {}, {}
 
@@ -182,44 +195,57 @@ class Recorder:
 
     def issue(self, engine: str, op: str, reads: list[NkiTensor],
               writes: list[NkiTensor]) -> None:
-        access = self._access(reads, writes)
-        ready, pred = self._ready(access)
         if (op == "broadcast_to" and reads and writes
                 and writes[0].shape[0] > reads[0].shape[0]):
             engine = "tensor"  # ARCH1:201-203: NKI broadcasts partitions with a matmul
+        if self.vec.frames and self.vec.offer(engine, op, reads, writes):
+            return  # buffered by an affine loop that may be vectorised
+        self._issue(engine, op, [(reads, writes)])
+
+    def _issue(self, engine: str, op: str, members: list[Member]) -> None:
+        """Place one instruction covering `members` (several: a vectorised loop body)."""
+        accesses = [self._access(r, w) for r, w in members]
+        ready, pred = self._ready(accesses[0])
+        for a in accesses[1:]:
+            at, by = self._ready(a)
+            if at > ready:
+                ready, pred = at, by
+        reads, writes = members[0]
         if engine == "dma":
             start, end = self._dma(ready, reads, writes)
         else:
-            start, end, pred = self._compute(engine, op, ready, pred, reads, writes)
+            start, end, pred = self._compute(engine, op, ready, pred, reads, writes,
+                                             len(members))
         idx = len(self.path)
         self.path.append((engine, start, end, pred))
-        self._record(access, end, idx)
+        for a in accesses:
+            self._record(a, end, idx)
         if end > self.makespan:
             self.makespan = end
 
     def _compute(self, engine: str, op: str, ready: float, pred: int, reads: list[NkiTensor],
-                 writes: list[NkiTensor]) -> tuple[float, float, int]:
+                 writes: list[NkiTensor], scale: int = 1) -> tuple[float, float, int]:
         t = self.target
         if engine == "tensor":
             dur, flops, fp32 = M.matmul(t, reads, writes, op)
             self.flops["fp32" if fp32 else "bf16"] += flops
             ports: tuple[str, ...] = ()
         else:
-            dur = M.elementwise(t, engine, reads, writes, self.knobs)
+            dur = M.elementwise(t, engine, reads, writes, self.knobs, scale)
             ports = self._ports(engine, reads + writes)
         prev = self.last.get(engine, -1)
         if prev >= 0 and pred == prev and engine != "tensor":
             ghz = {"vector": t.vector_ghz, "scalar": t.scalar_ghz}.get(engine, t.gpsimd_ghz)
             dur += self.knobs.dependent_overhead / ghz  # ARCH1:403: no back-to-back overlap
-        start = ready
-        for r in (engine, *ports):
-            if self.free[r] > start:
-                start = self.free[r]
-                if r == engine:
-                    pred = prev
+        lines = [self.lines[r] for r in (engine, *ports)]
+        if not self.knobs.fill_gaps:  # strict program order per engine
+            ready = max(ready, max(tl.last_end for tl in lines))
+        start = earliest(lines, ready, dur)
+        if start > ready:
+            pred = prev  # waited for the engine (or its port), not for a tile
         end = start + dur
-        for r in (engine, *ports):
-            self.free[r] = end
+        for tl in lines:
+            tl.add(start, end)
         self.busy[engine] += dur
         self.count_by[engine] += 1
         got = self.by_op.setdefault(f"{engine}:{op}", [0, 0.0])

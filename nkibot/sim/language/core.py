@@ -159,28 +159,48 @@ class _Loop:
     the epoch lets the allocator release the previous iteration's tile from that line.
     """
 
-    __slots__ = ("r",)
+    __slots__ = ("affine", "r")
 
-    def __init__(self, r: range) -> None:
+    def __init__(self, r: range, affine: bool = False) -> None:
         self.r = r
+        self.affine = affine
 
     def __len__(self) -> int:
         return len(self.r)
 
     def __iter__(self) -> Iterator[int]:
         st = current()
-        for i in self.r:
-            st.loop_epoch += 1
-            yield i
+        cost = st.cost if self.affine else None
+        if cost is None:
+            for i in self.r:
+                st.loop_epoch += 1
+                yield i
+            return
+        # The cost model sees affine loops: the legacy compiler vectorised them.
+        cost.loop_enter(len(self.r))
+        try:
+            for i in self.r:
+                st.loop_epoch += 1
+                cost.loop_next()
+                yield i
+        finally:
+            cost.loop_exit()
+
+
+def _range(start: int, stop: int | None, step: int, affine: bool = False) -> _Loop:
+    return _Loop(range(start) if stop is None else range(start, stop, step), affine)
 
 
 def affine_range(start: int, stop: int | None = None, step: int = 1) -> _Loop:
-    return _Loop(range(start) if stop is None else range(start, stop, step))
+    return _range(start, stop, step, affine=True)
 
 
-sequential_range = affine_range
-static_range = affine_range
-dynamic_range = affine_range
+def sequential_range(start: int, stop: int | None = None, step: int = 1) -> _Loop:
+    return _range(start, stop, step)
+
+
+static_range = sequential_range
+dynamic_range = sequential_range
 
 
 def program_id(axis: int = 0) -> int:

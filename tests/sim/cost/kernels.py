@@ -69,3 +69,52 @@ def psum_rebind(a, b):
         nisa.tensor_copy(dst=res, src=p7)
         nl.store(out, value=res)
     return out
+
+
+@nki.jit
+def sliding_window(x, w, trip=64):
+    """A 3-tap window per output column: `trip` tiny multiply+reduce pairs in an affine loop
+    (the conv1d calibration chain's inner loop); `trip=...` sets the loop length."""
+    out = nl.ndarray((128, trip), dtype=x.dtype, buffer=nl.shared_hbm)
+    tx = nl.load(x)
+    tw = nl.load(w)
+    res = nl.ndarray((128, trip), dtype=x.dtype, buffer=nl.sbuf)
+    for o in nl.affine_range(trip):
+        prod = nl.ndarray((128, 3), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=prod, data1=tx[:, o:o + 3], data2=tw, op=nl.multiply)
+        nisa.tensor_reduce(dst=res[:, o:o + 1], op=nl.add, data=prod, axis=[1])
+    nl.store(out, value=res)
+    return out
+
+
+@nki.jit
+def sliding_window_sequential(x, w):
+    """The same 64-iteration body in a sequential_range: never vectorised."""
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    tx = nl.load(x)
+    tw = nl.load(w)
+    res = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    for o in nl.sequential_range(64):
+        prod = nl.ndarray((128, 3), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=prod, data1=tx[:, o:o + 3], data2=tw, op=nl.multiply)
+        nisa.tensor_reduce(dst=res[:, o:o + 1], op=nl.add, data=prod, axis=[1])
+    nl.store(out, value=res)
+    return out
+
+
+@nki.jit
+def late_independent(x, y):
+    """A VectorE op on a slow DMA's tile, then one on a tile already loaded: the second
+    may run while the first waits (the compiler schedules independent work early)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    out2 = nl.ndarray(y.shape, dtype=y.dtype, buffer=nl.shared_hbm)
+    ty = nl.load(y)
+    rx = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    ry = nl.ndarray(y.shape, dtype=y.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=ry, data=ty, op0=nl.multiply, operand0=2.0)
+    tx = nl.load(x)
+    nisa.tensor_scalar(dst=rx, data=tx, op0=nl.add, operand0=1.0)
+    nisa.tensor_scalar(dst=ry, data=ry, op0=nl.add, operand0=1.0)
+    nl.store(out, value=rx)
+    nl.store(out2, value=ry)
+    return out, out2
