@@ -31,11 +31,21 @@ class Shrunk:
     largest: int = 0  # elements of the largest input after shrinking
 
 
+def _derived(value: ast.expr) -> bool:
+    """Whether a constant's expression names another constant (`input_shape = (n,)`).
+
+    A derived constant is re-evaluated from what it names, never halved itself: halving
+    `input_shape` alone would shrink the logits' class dim and leave `num_classes` (the
+    targets' range) as it was, so the shrunk task would index past its classes.
+    """
+    return any(isinstance(node, ast.Name) for node in ast.walk(value))
+
+
 def _constants(tree: ast.Module, namespace: dict[str, Any]) -> dict[str, Const]:
     found: dict[str, Const] = {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
-                stmt.targets[0], ast.Name):
+                stmt.targets[0], ast.Name) and not _derived(stmt.value):
             value = namespace.get(stmt.targets[0].id)
             if isinstance(value, int) and not isinstance(value, bool):
                 found[stmt.targets[0].id] = value

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nkibot.convert.models.lowering.builder import Block, Names, ds, offset
+from nkibot.convert.models.lowering.builder import Block, Names, ds, offset, transposed_load
 from nkibot.convert.models.lowering.ir import REDUCE, Arg, Op, Ref
 from nkibot.convert.models.lowering.layout import (
     COL,
@@ -113,6 +113,11 @@ class TileEmitter:
         rows = ds("r0", "p") if kind in (FULL, ROW) else "0:1"
         cols = ds(offset("c0", view.col_start), "q") if kind in (FULL, COL) else "0:1"
         var = self.names.fresh(f"{view.leaf.name}_t")
+        frame = self.pl.frame
+        if frame.perm and kind == FULL and frame.rows > 1 and frame.cols > 1 and not (
+                view.sliced):
+            transposed_load(self.block, var, hbm, o, offset("c0", view.col_start))
+            return var
         self.block.line(f"{var} = nl.load({hbm}[{o}, {rows}, {cols}], dtype=nl.float32)")
         return var
 

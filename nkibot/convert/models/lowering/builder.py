@@ -111,3 +111,29 @@ def emit_grid(block: Block, axes: list[Axis], call: str, loop: str,
     if axis.rem:
         emit_grid(block, rest, call, loop,
                   {**bound, axis.var: (str(axis.full * axis.tile), axis.rem)})
+
+
+def transposed_load(block: Block, var: str, hbm: str, o: str, c0: str) -> None:
+    """[p, q] tile `var` from a natural [q, p] HBM window: 128-column blocks via the PE."""
+    block.comment("stored with the reduced dim outermost: load [cols, rows] blocks, "
+                  "transpose each on the Tensor Engine")
+    block.line(f"{var} = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.sbuf)")
+    block.line(f"for cb in range((q + {PMAX - 1}) // {PMAX}):")
+    block.line(f"    w = min({PMAX}, q - cb * {PMAX})")
+    block.line(f"    nat = nl.load({hbm}[{o}, nl.ds({c0} + cb * {PMAX}, w), nl.ds(r0, p)], "
+               "dtype=nl.float32)")
+    block.line("    flip = nl.ndarray((p, w), dtype=nl.float32, buffer=nl.psum)")
+    block.line("    nisa.nc_transpose(flip, nat)")
+    block.line(f"    nisa.tensor_copy(dst={var}[0:p, nl.ds(cb * {PMAX}, w)], src=flip)")
+
+
+def transposed_store(block: Block, value: str, hbm: str, o: str, dtype: str) -> None:
+    """Store a [p, q] tile into a natural [q, p] HBM window, transposing 128-column blocks."""
+    block.comment("stored with the reduced dim outermost: transpose [rows, cols] blocks back")
+    block.line(f"for cb in range((q + {PMAX - 1}) // {PMAX}):")
+    block.line(f"    w = min({PMAX}, q - cb * {PMAX})")
+    block.line("    flip = nl.ndarray((w, p), dtype=nl.float32, buffer=nl.psum)")
+    block.line(f"    nisa.nc_transpose(flip, {value}[0:p, nl.ds(cb * {PMAX}, w)])")
+    block.line(f"    nat = nl.ndarray((w, p), dtype={dtype}, buffer=nl.sbuf)")
+    block.line("    nisa.tensor_copy(dst=nat, src=flip)")
+    block.line(f"    nl.store({hbm}[{o}, nl.ds(c0 + cb * {PMAX}, w), nl.ds(r0, p)], nat)")

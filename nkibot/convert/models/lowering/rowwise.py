@@ -20,6 +20,7 @@ from nkibot.convert.models.lowering.builder import (
     ds,
     emit_grid,
     nl_dtype,
+    transposed_store,
 )
 from nkibot.convert.models.lowering.ir import REDUCE, Op, Ref
 from nkibot.convert.models.lowering.layout import (
@@ -71,9 +72,16 @@ def view_definition(res: Resolved, pl: Placement, name: str) -> str:
 
 
 def hbm_view(tensor: str, outer: int, rows: int, cols: int, frame: Frame) -> str:
-    """The (O, R, C) view of an HBM tensor; permuted when the reduced dim is in the middle."""
+    """The (O, R, C) view of an HBM tensor, or (O, C, R) as stored for a middle-dim frame.
+
+    With the reduced dim in the middle a FULL tile [p rows, q reduced] is stored as [q, p]:
+    the view stays natural (contiguous runs of p elements) and `transposed_load` /
+    `transposed_store` move it through the Tensor Engine, instead of a strided DMA view
+    whose every element is its own 4-byte descriptor (the cost model's slowest case).
+    """
     if frame.perm and cols > 1:
-        # stored (O, C, R): a strided DMA view puts C in the free dimension
+        if rows > 1:
+            return f"{tensor}.reshape(({outer}, {cols}, {rows}))"
         return f"{tensor}.reshape(({outer}, {cols}, {rows})).permute((0, 2, 1))"
     return f"{tensor}.reshape(({outer}, {rows}, {cols}))"
 
@@ -173,6 +181,9 @@ def _store_tile(tile: TileEmitter, kernel: Kernel, res: Resolved, pl: Placement,
     cols = frame.cols if kind == FULL else 1
     kernel.hbm_views[view] = hbm_view(out.var, frame.outer, frame.rows, cols, frame)
     kernel.body.line(f"{view} = {kernel.hbm_views[view]}")
+    if frame.perm and kind == FULL and frame.rows > 1 and frame.cols > 1:
+        transposed_store(tile.block, value, view, "o", nl_dtype(out.dtype))
+        return view
     if out.dtype != "float32":
         cast = tile.names.fresh(f"{out.var}_cast")
         tile.block.line(f"{cast} = nl.copy({value}, dtype={nl_dtype(out.dtype)})")

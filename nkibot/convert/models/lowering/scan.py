@@ -16,6 +16,7 @@ import math
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.ir import Op, Ref
 from nkibot.convert.models.lowering.layout import LayoutError, Resolved
+from nkibot.convert.models.lowering.rowscan import emit_row_scan, row_scan_fits
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
 
 NMAX = 512
@@ -55,6 +56,9 @@ def emit_scan(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     mask = _leaf(res, op.args[1])[0] if len(op.args) > 1 else None
     dim = int(str(op.attr("dim")))
     outer, length, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
+    if row_scan_fits(op, inner):
+        emit_row_scan(kernel, op, x, mask, outputs[0].var, outer, length, outputs[0].dtype)
+        return
     groups, free = (1, outer) if inner == 1 else (outer, inner)
     reverse, exclusive = bool(op.attr("reverse")), bool(op.attr("exclusive"))
     prod = op.attr("kind") == "prod"

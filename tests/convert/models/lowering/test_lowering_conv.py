@@ -107,6 +107,14 @@ SCANS = {
     "cumsum_exclusive": ("torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
                          "torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)),"
                          " dim=1)", "x", (3, 270)),
+    # rows over 128 and scanned lengths over the 2048-column chunk: carries across chunks
+    "cumsum_long": ("torch.cumsum(x, dim=1)", "x", (130, 4500)),
+    "cumsum_reverse_long": ("torch.cumsum(x.flip(1), dim=1).flip(1)", "x", (3, 4200)),
+    "cumsum_masked_long": ("torch.cumsum(x * m, dim=1)", "x, m", (129, 2100)),
+    "cumsum_exclusive_long": ("torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
+                              "torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), "
+                              "dim=1)), dim=1)", "x", (2, 4098)),
+    "cumprod_signed": ("torch.cumprod(x, dim=1)", "x", (5, 2300)),
 }
 
 
@@ -116,7 +124,7 @@ class TestScanOnSim:
         """Scans across ragged 128-chunks carry their totals correctly."""
         expr, args, shape = SCANS[name]
         shapes = [shape] * len(args.split(","))
-        domain = "positive" if name == "cumprod" else "normal"
+        domain = "positive" if name == "cumprod" else "normal"  # cumprod_signed: any sign
         check_on_sim(make_task(module_source(expr, args), shapes), domain)
 
     def test_bf16_matches_torch(self) -> None:

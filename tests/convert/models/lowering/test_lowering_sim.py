@@ -139,6 +139,9 @@ MIDDLE_AND_NCHW = {
     "max_dim1": ("torch.max(x, dim=1)[0]", (3, 130, 40), ""),
     "softmax_dim1": ("torch.softmax(x, dim=1)", (2, 200, 24), ""),
     "mean_dim0": ("x.mean(dim=0)", (300, 72), ""),
+    # kept dims over 128 and reduced dims over one 128-block: ragged PE-transposed tiles
+    "min_dim1_wide": ("torch.min(x, dim=1)[0]", (2, 150, 260), ""),
+    "softmax_dim1_wide": ("torch.softmax(x, dim=1)", (2, 131, 140), ""),
     "rmsnorm_channels": ("x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)",
                          (2, 64, 6, 6), ""),
     "batchnorm_eval": ("self.bn(x)", (2, 16, 10, 10),

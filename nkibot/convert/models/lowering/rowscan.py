@@ -1,0 +1,117 @@
+"""Scans along the innermost dim on the Vector Engine: rows on partitions, one instruction.
+
+A scan over the last dim of a [rows, L] tensor keeps the rows on partitions and the
+scanned dim on the free side, so every load and store moves contiguous row segments
+(the triangular-matmul form must put L on partitions, which for a trailing dim is a
+4-byte-run strided DMA: 60x slower by the cost model). `nisa.tensor_tensor_scan` runs
+the recurrence `r[i] = data0[i] * r[i-1] + data1[i]` along each partition:
+cumsum takes data0 = 1, data1 = x; cumprod data0 = x, data1 = 0. Chunks of the row run
+in order with the last column as the next chunk's `initial` carry.
+
+- exclusive: the inclusive chunk shifted one column right, the carry in column 0 (exact);
+- reverse (cumsum): chunks from the end back; within a chunk the suffix sum is
+  `(carry + chunk total) - exclusive prefix`;
+- masked: `x * mask` on the Vector Engine while the chunk is in SBUF.
+"""
+
+from __future__ import annotations
+
+from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
+from nkibot.convert.models.lowering.ir import Op
+from nkibot.convert.models.lowering.rowwise import Kernel
+
+CHUNK = 2048  # fp32 columns per tile: 8 KiB runs per partition (DMA efficiency > 90 %)
+
+
+def row_scan_fits(op: Op, inner: int) -> bool:
+    """The row form covers scans of the innermost dim (reverse cumprod stays on the PE)."""
+    return inner == 1 and not (op.attr("reverse") and op.attr("kind") == "prod")
+
+
+def emit_row_scan(kernel: Kernel, op: Op, x: str, mask: str | None, out: str,
+                  rows: int, length: int, out_dtype: str) -> None:
+    body = kernel.body
+    chunk = min(CHUNK, length)
+    prod = op.attr("kind") == "prod"
+    body.line(f"x_v = {x}.reshape(({rows}, {length}))")
+    if mask is not None:
+        body.line(f"m_v = {mask}.reshape(({rows}, {length}))")
+    body.line(f"out_v = {out}.reshape(({rows}, {length}))")
+    fill = "0.0" if prod else "1.0"
+    body.comment(f"{op.origin}: r[i] = data0[i] * r[i-1] + data1[i] along each row "
+                 f"({'data0 = x, data1 = 0' if prod else 'data0 = 1, data1 = x'})")
+    body.line(f"const_t = nl.full(({PMAX}, {chunk}), {fill}, dtype=nl.float32, "
+              "buffer=nl.sbuf)")
+    rows_fn = _emit_rows(kernel, op, mask is not None, length, chunk, out_dtype)
+    m = "m_v, " if mask is not None else ""
+    emit_grid(body, [Axis("r", rows, PMAX)],
+              f"{rows_fn}(x_v, {m}out_v, const_t, {{r0}}, {{rsz}})", "affine_range")
+
+
+def _emit_rows(kernel: Kernel, op: Op, masked: bool, length: int, chunk: int,
+               out_dtype: str) -> str:
+    fn = kernel.names.fresh("scan_rows")
+    reverse, prod = bool(op.attr("reverse")), op.attr("kind") == "prod"
+    chunk_fn = _emit_chunk(kernel, op, masked, out_dtype)
+    blk = Block(depth=1)
+    blk.line("carry = nl.ndarray((rsz, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.memset(dst=carry, value={1.0 if prod else 0.0})")
+    m = "m_v, " if masked else ""
+    args = f"x_v, {m}out_v, const_t, carry, r0, rsz"
+    full, rem = divmod(length, chunk)
+    blk.comment("the carry runs " + ("from the last chunk back" if reverse else
+                                     "chunk by chunk") + " (sequential)")
+    if full:
+        start = f"{length} - (c + 1) * {chunk}" if reverse else f"c * {chunk}"
+        blk.line(f"for c in nl.sequential_range({full}):")
+        blk.line(f"    {chunk_fn}({args}, {start}, {chunk})")
+    if rem:
+        blk.line(f"{chunk_fn}({args}, {0 if reverse else full * chunk}, {rem})")
+    kernel.helpers.append([f"def {fn}(x_v, {m}out_v, const_t, r0, rsz):",
+                           '    """Scans rows r0..r0+rsz along the whole scanned dim."""',
+                           *blk.lines])
+    return fn
+
+
+def _emit_chunk(kernel: Kernel, op: Op, masked: bool, out_dtype: str) -> str:
+    fn = kernel.names.fresh("scan_chunk")
+    reverse, exclusive = bool(op.attr("reverse")), bool(op.attr("exclusive"))
+    prod = op.attr("kind") == "prod"
+    blk = Block(depth=1)
+    blk.line("x_t = nl.load(x_v[nl.ds(r0, rsz), nl.ds(l0, lsz)], dtype=nl.float32)")
+    if masked:
+        blk.comment("masked: x * mask before the scan")
+        blk.line("m_t = nl.load(m_v[nl.ds(r0, rsz), nl.ds(l0, lsz)], dtype=nl.float32)")
+        blk.line("x_t = nl.multiply(x_t, m_t)")
+    blk.line("inc = nl.ndarray((rsz, lsz), dtype=nl.float32, buffer=nl.sbuf)")
+    data0, data1 = ("x_t", "const_t[0:rsz, 0:lsz]") if prod else ("const_t[0:rsz, 0:lsz]", "x_t")
+    initial = "0.0" if reverse else "carry"  # reverse: the chunk's own prefix, carry added below
+    blk.line(f"nisa.tensor_tensor_scan(dst=inc, data0={data0}, data1={data1}, "
+             f"initial={initial}, op0=nl.multiply, op1=nl.add)")
+    res = nl_dtype(out_dtype)
+    blk.line(f"res = nl.ndarray((rsz, lsz), dtype={res}, buffer=nl.sbuf)")
+    if reverse:
+        blk.comment("suffix sums: (carry + chunk total) - the exclusive prefix")
+        blk.line("total = nl.ndarray((rsz, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.tensor_tensor(dst=total, data1=carry, data2=inc[0:rsz, lsz - 1:lsz], "
+                 "op=nl.add)")
+        blk.line("excl = nl.subtract(inc, x_t)")
+        src = "excl" if not exclusive else "inc"
+        blk.line(f"nisa.tensor_scalar(dst=res, data={src}, op0=nl.subtract, operand0=total, "
+                 "reverse0=True)")
+        blk.line("nisa.tensor_copy(dst=carry, src=total)")
+    elif exclusive:
+        blk.comment("exclusive: the inclusive prefix one column right, the carry first")
+        blk.line("nisa.tensor_copy(dst=res[0:rsz, 0:1], src=carry)")
+        blk.line("if lsz > 1:")
+        blk.line("    nisa.tensor_copy(dst=res[0:rsz, 1:lsz], src=inc[0:rsz, 0:lsz - 1])")
+        blk.line("nisa.tensor_copy(dst=carry, src=inc[0:rsz, lsz - 1:lsz])")
+    else:
+        blk.line("nisa.tensor_copy(dst=res, src=inc)")
+        blk.line("nisa.tensor_copy(dst=carry, src=inc[0:rsz, lsz - 1:lsz])")
+    blk.line("nl.store(out_v[nl.ds(r0, rsz), nl.ds(l0, lsz)], res)")
+    m = "m_v, " if masked else ""
+    kernel.helpers.append([f"def {fn}(x_v, {m}out_v, const_t, carry, r0, rsz, l0, lsz):",
+                           f'    """{op.origin}: scanned positions l0..l0+lsz of rows '
+                           'r0..r0+rsz."""', *blk.lines])
+    return fn
