@@ -14,7 +14,7 @@ BODY = b"x" * 6144
 
 
 def _autocheckpoint(queue: SqliteQueue) -> int:
-    return int(queue._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])  # noqa: SLF001
+    return int(queue._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
 
 
 def _wait_for(predicate: object, timeout: float = 10.0) -> bool:
@@ -45,22 +45,22 @@ def test_commits_leave_the_copy_to_the_thread(tmp_path: Path) -> None:
     queue = SqliteQueue(db, "inbox", background_checkpoint=True)
     empty = db.stat().st_size
     assert queue.put_many([(BODY, f"k{i}") for i in range(200)]) == [True] * 200
-    checkpointer = queue._checkpointer  # noqa: SLF001
+    checkpointer = queue._checkpointer
     assert checkpointer is not None
     assert _wait_for(lambda: db.stat().st_size > empty + 200 * len(BODY)), (
         "the checkpoint thread never copied the WAL into the database"
     )
     assert checkpointer.checkpoints > 0 and checkpointer.last_error == ""
     queue.close()
-    assert not checkpointer._thread.is_alive()  # noqa: SLF001
+    assert not checkpointer._thread.is_alive()
 
 
 def test_nothing_is_lost_when_the_process_never_checkpoints(tmp_path: Path) -> None:
     """A commit is durable in the WAL: a reader sees it though no checkpoint ran yet."""
     db = tmp_path / "q.db"
     queue = SqliteQueue(db, "inbox", background_checkpoint=True)
-    assert queue._checkpointer is not None  # noqa: SLF001
-    queue._checkpointer.stop()  # noqa: SLF001  (as if the thread had died)
+    assert queue._checkpointer is not None
+    queue._checkpointer.stop()
     queue.put_many([(BODY, f"k{i}") for i in range(50)])
     with sqlite3.connect(db) as reader:
         assert reader.execute("SELECT COUNT(*) FROM q_inbox").fetchone()[0] == 50
