@@ -47,10 +47,11 @@ def test_commits_leave_the_copy_to_the_thread(tmp_path: Path) -> None:
     assert queue.put_many([(BODY, f"k{i}") for i in range(200)]) == [True] * 200
     checkpointer = queue._checkpointer
     assert checkpointer is not None
-    assert _wait_for(lambda: db.stat().st_size > empty + 200 * len(BODY)), (
+    assert _wait_for(lambda: checkpointer.checkpoints > 0
+                     and db.stat().st_size > empty + 200 * len(BODY)), (
         "the checkpoint thread never copied the WAL into the database"
     )
-    assert checkpointer.checkpoints > 0 and checkpointer.last_error == ""
+    assert checkpointer.last_error == ""
     queue.close()
     assert not checkpointer._thread.is_alive()
 
