@@ -205,11 +205,8 @@ class Recorder:
     def _issue(self, engine: str, op: str, members: list[Member]) -> None:
         """Place one instruction covering `members` (several: a vectorised loop body)."""
         accesses = [self._access(r, w) for r, w in members]
-        ready, pred = self._ready(accesses[0])
-        for a in accesses[1:]:
-            at, by = self._ready(a)
-            if at > ready:
-                ready, pred = at, by
+        # the latest-ready member sets the start (the first of equals, as program order)
+        ready, pred = max((self._ready(a) for a in accesses), key=lambda rp: rp[0])
         reads, writes = members[0]
         if engine == "dma":
             start, end = self._dma(ready, reads, writes)

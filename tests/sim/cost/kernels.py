@@ -71,35 +71,31 @@ def psum_rebind(a, b):
     return out
 
 
-@nki.jit
-def sliding_window(x, w, trip=64):
-    """A 3-tap window per output column: `trip` tiny multiply+reduce pairs in an affine loop
-    (the conv1d calibration chain's inner loop); `trip=...` sets the loop length."""
+def _window(x, w, trip, loop):
+    """The window body both kernels share; `loop` is the range iterator under test."""
     out = nl.ndarray((128, trip), dtype=x.dtype, buffer=nl.shared_hbm)
     tx = nl.load(x)
     tw = nl.load(w)
     res = nl.ndarray((128, trip), dtype=x.dtype, buffer=nl.sbuf)
-    for o in nl.affine_range(trip):
+    for o in loop(trip):
         prod = nl.ndarray((128, 3), dtype=x.dtype, buffer=nl.sbuf)
         nisa.tensor_tensor(dst=prod, data1=tx[:, o:o + 3], data2=tw, op=nl.multiply)
         nisa.tensor_reduce(dst=res[:, o:o + 1], op=nl.add, data=prod, axis=[1])
     nl.store(out, value=res)
     return out
+
+
+@nki.jit
+def sliding_window(x, w, trip=64):
+    """A 3-tap window per output column: `trip` tiny multiply+reduce pairs in an affine loop
+    (the conv1d calibration chain's inner loop); `trip=...` sets the loop length."""
+    return _window(x, w, trip, nl.affine_range)
 
 
 @nki.jit
 def sliding_window_sequential(x, w):
     """The same 64-iteration body in a sequential_range: never vectorised."""
-    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
-    tx = nl.load(x)
-    tw = nl.load(w)
-    res = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
-    for o in nl.sequential_range(64):
-        prod = nl.ndarray((128, 3), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=prod, data1=tx[:, o:o + 3], data2=tw, op=nl.multiply)
-        nisa.tensor_reduce(dst=res[:, o:o + 1], op=nl.add, data=prod, axis=[1])
-    nl.store(out, value=res)
-    return out
+    return _window(x, w, 64, nl.sequential_range)
 
 
 @nki.jit

@@ -58,19 +58,26 @@ def _emit_rows(kernel: Kernel, op: Op, masked: bool, length: int, chunk: int,
     blk.line(f"nisa.memset(dst=carry, value={1.0 if prod else 0.0})")
     m = "m_v, " if masked else ""
     args = f"x_v, {m}out_v, const_t, carry, r0, rsz"
-    full, rem = divmod(length, chunk)
     blk.comment("the carry runs " + ("from the last chunk back" if reverse else
                                      "chunk by chunk") + " (sequential)")
+    emit_chunk_loop(blk, chunk_fn, args, length, chunk, reverse)
+    kernel.helpers.append([f"def {fn}(x_v, {m}out_v, const_t, r0, rsz):",
+                           '    """Scans rows r0..r0+rsz along the whole scanned dim."""',
+                           *blk.lines])
+    return fn
+
+
+def emit_chunk_loop(blk: Block, chunk_fn: str, args: str, length: int, chunk: int,
+                    reverse: bool) -> None:
+    """Calls `chunk_fn(args, start, size)` over `length` in order (or from the end back):
+    a sequential loop over the full chunks, then one call for the remainder."""
+    full, rem = divmod(length, chunk)
     if full:
         start = f"{length} - (c + 1) * {chunk}" if reverse else f"c * {chunk}"
         blk.line(f"for c in nl.sequential_range({full}):")
         blk.line(f"    {chunk_fn}({args}, {start}, {chunk})")
     if rem:
         blk.line(f"{chunk_fn}({args}, {0 if reverse else full * chunk}, {rem})")
-    kernel.helpers.append([f"def {fn}(x_v, {m}out_v, const_t, r0, rsz):",
-                           '    """Scans rows r0..r0+rsz along the whole scanned dim."""',
-                           *blk.lines])
-    return fn
 
 
 def _emit_chunk(kernel: Kernel, op: Op, masked: bool, out_dtype: str) -> str:

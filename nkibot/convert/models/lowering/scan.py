@@ -16,7 +16,7 @@ import math
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.ir import Op, Ref
 from nkibot.convert.models.lowering.layout import LayoutError, Resolved
-from nkibot.convert.models.lowering.rowscan import emit_row_scan, row_scan_fits
+from nkibot.convert.models.lowering.rowscan import emit_chunk_loop, emit_row_scan, row_scan_fits
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
 
 NMAX = 512
@@ -93,15 +93,9 @@ def _emit_cols(kernel: Kernel, length: int, reverse: bool, prod: bool, chunk_fn:
         blk.line(f"nisa.memset(dst={c}, value=0.0)")
     m = "m_v, " if masked else ""
     args = f"x_v, {m}out_v, tri, ones, {', '.join(carries)}, g, f0, fsz"
-    full, rem = divmod(length, PMAX)
     order = "from the last chunk back" if reverse else "chunk by chunk"
     blk.comment(f"the carry runs {order}: chunks in order (sequential)")
-    if full:
-        start = f"{length} - (c + 1) * {PMAX}" if reverse else f"c * {PMAX}"
-        blk.line(f"for c in nl.sequential_range({full}):")
-        blk.line(f"    {chunk_fn}({args}, {start}, {PMAX})")
-    if rem:
-        blk.line(f"{chunk_fn}({args}, {0 if reverse else full * PMAX}, {rem})")
+    emit_chunk_loop(blk, chunk_fn, args, length, PMAX, reverse)
     kernel.helpers.append([f"def {fn}(x_v, {m}out_v, tri, ones, g, f0, fsz):",
                            '    """Scans f0..f0+fsz of group g over the whole scanned dim."""',
                            *blk.lines])

@@ -97,6 +97,11 @@ class TestPoolOnSim:
         check_on_sim(make_task(src, [shape], "bfloat16"))
 
 
+#: cumsum shifted one column right with a zero in front (KernelBench's exclusive cumsum)
+EXCLUSIVE_CUMSUM = ("torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
+                    "torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)),"
+                    " dim=1)")
+
 SCANS = {
     "cumsum": ("torch.cumsum(x, dim=1)", "x", (3, 300)),
     "cumsum_middle": ("torch.cumsum(x, dim=1)", "x", (2, 200, 6)),
@@ -104,16 +109,12 @@ SCANS = {
     "cumsum_masked": ("torch.cumsum(x * m, dim=1)", "x, m", (4, 140)),
     "cumprod": ("torch.cumprod(x, dim=1)", "x", (6, 200)),
     "cumsum_first": ("torch.cumsum(x, dim=0)", "x", (129, 40)),
-    "cumsum_exclusive": ("torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
-                         "torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)),"
-                         " dim=1)", "x", (3, 270)),
+    "cumsum_exclusive": (EXCLUSIVE_CUMSUM, "x", (3, 270)),
     # rows over 128 and scanned lengths over the 2048-column chunk: carries across chunks
     "cumsum_long": ("torch.cumsum(x, dim=1)", "x", (130, 4500)),
     "cumsum_reverse_long": ("torch.cumsum(x.flip(1), dim=1).flip(1)", "x", (3, 4200)),
     "cumsum_masked_long": ("torch.cumsum(x * m, dim=1)", "x, m", (129, 2100)),
-    "cumsum_exclusive_long": ("torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
-                              "torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), "
-                              "dim=1)), dim=1)", "x", (2, 4098)),
+    "cumsum_exclusive_long": (EXCLUSIVE_CUMSUM, "x", (2, 4098)),
     "cumprod_signed": ("torch.cumprod(x, dim=1)", "x", (5, 2300)),
 }
 
