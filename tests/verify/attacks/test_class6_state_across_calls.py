@@ -10,9 +10,14 @@ from tests.verify.attacks.conftest import RELU, verify
 
 
 def test_counter_in_a_mutable_default(relu_task: Task, relu_ref: ReferenceSet) -> None:
-    """Correct for the first seven calls, wrong after: trials run later in a process fail."""
+    """Correct for the first three calls, wrong after: trials run later in a process fail.
+
+    Wrong from the fourth call, so most of each process's trials are wrong whatever the
+    secret order: a counter that broke only the ninth call was caught by the
+    nondeterminism guard instead when that call happened to be a repeat trial.
+    """
     attack = RELU.replace("def relu_kernel(x):", "def relu_kernel(x, calls=[]):").replace(
-        "value=nl.relu(tile)", "value=nl.relu(tile) if len(calls) < 8 else tile").replace(
+        "value=nl.relu(tile)", "value=nl.relu(tile) if len(calls) < 3 else tile").replace(
         "    return out\n", "    calls.append(1)\n    return out\n")
     result = verify(attack, relu_task, relu_ref)
     assert not result.passed
