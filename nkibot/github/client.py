@@ -9,7 +9,9 @@ request body leaves through `RedactingTransport`, the one place all published te
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable, Iterator
 
+import anyio
 import httpx
 from githubkit import AppAuthStrategy, AppInstallationAuthStrategy, GitHub
 from githubkit.retry import RetryChainDecision, RetryRateLimit, RetryServerError
@@ -44,30 +46,94 @@ def redacted_request(request: httpx.Request) -> httpx.Request:
                          extensions=request.extensions)
 
 
-class RedactingTransport(httpx.AsyncBaseTransport):
-    """An async transport that redacts request bodies, then sends them over `inner`."""
+class _ClosingStream(httpx.AsyncByteStream):
+    """A response body that closes its request's own transport once the body is closed."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport | None = None) -> None:
-        self.inner = inner or httpx.AsyncHTTPTransport()
+    def __init__(self, stream: httpx.AsyncByteStream, owner: httpx.AsyncBaseTransport) -> None:
+        self._stream, self._owner = stream, owner
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self.inner.handle_async_request(redacted_request(request))
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
 
     async def aclose(self) -> None:
-        await self.inner.aclose()
+        try:
+            await self._stream.aclose()
+        finally:
+            await _shielded_close(self._owner)
+
+
+async def _shielded_close(transport: httpx.AsyncBaseTransport) -> None:
+    # A cancelled job still closes its socket instead of leaving it to the GC.
+    with anyio.CancelScope(shield=True):
+        await transport.aclose()
+
+
+class RedactingTransport(httpx.AsyncBaseTransport):
+    """An async transport that redacts request bodies, then sends each over a transport
+    of its own, closed with the response.
+
+    githubkit builds an `httpx.AsyncClient` per call around the one transport it was
+    given and closes it (and so the transport) when that call ends. A shared pool would
+    then be closed under every other call still in flight on the same client (a PR
+    update failed with ReadError while the cancel watcher's poll finished), so no pool is
+    shared: one connection per call, as githubkit's per-call clients give anyway.
+    """
+
+    def __init__(self, make: Callable[[], httpx.AsyncBaseTransport] = httpx.AsyncHTTPTransport,
+                 ) -> None:
+        self.make = make
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        inner = self.make()
+        try:
+            response = await inner.handle_async_request(redacted_request(request))
+        except BaseException:
+            await _shielded_close(inner)
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        return httpx.Response(response.status_code, headers=response.headers,
+                              stream=_ClosingStream(response.stream, inner),
+                              extensions=response.extensions)
+
+    async def aclose(self) -> None:
+        """Nothing shared to close: each call's transport closes with its response."""
+
+
+class _SyncClosingStream(httpx.SyncByteStream):
+    def __init__(self, stream: httpx.SyncByteStream, owner: httpx.BaseTransport) -> None:
+        self._stream, self._owner = stream, owner
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._stream
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            self._owner.close()
 
 
 class SyncRedactingTransport(httpx.BaseTransport):
     """The synchronous twin of `RedactingTransport` (githubkit's sync calls)."""
 
-    def __init__(self, inner: httpx.BaseTransport | None = None) -> None:
-        self.inner = inner or httpx.HTTPTransport()
+    def __init__(self, make: Callable[[], httpx.BaseTransport] = httpx.HTTPTransport) -> None:
+        self.make = make
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        return self.inner.handle_request(redacted_request(request))
+        inner = self.make()
+        try:
+            response = inner.handle_request(redacted_request(request))
+        except BaseException:
+            inner.close()
+            raise
+        assert isinstance(response.stream, httpx.SyncByteStream)
+        return httpx.Response(response.status_code, headers=response.headers,
+                              stream=_SyncClosingStream(response.stream, inner),
+                              extensions=response.extensions)
 
     def close(self) -> None:
-        self.inner.close()
+        """Nothing shared to close: each call's transport closes with its response."""
 
 
 class GitHubAppNotConfigured(RuntimeError):
