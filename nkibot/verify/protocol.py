@@ -169,7 +169,7 @@ def is_float(name: str) -> bool:
 def save_array(path: Path, array: np.ndarray[Any, Any]) -> ArrayFile:
     """Save `array` to `path` (.npy) and return its descriptor {file, dtype, shape}."""
     name = dtype_name(array.dtype)
-    data = np.ascontiguousarray(array)
+    data = np.asarray(array, order="C")  # ascontiguousarray would make a 0-d result 1-d
     if name in _BITS:
         data = data.view(_BITS[name])
     np.save(path, data, allow_pickle=False)
@@ -261,4 +261,4 @@ def read_plain(path: Path, dtype: str, shape: list[int] | None = None, *,
     if shape is not None and list(data.shape) != list(shape):
         raise BadArrayFile(f"{path.name} has shape {list(data.shape)}, not {shape}")
     result = data.view(NUMPY_DTYPES[dtype]) if dtype in _BITS else data
-    return np.ascontiguousarray(result)
+    return np.asarray(result, order="C")  # keeps a 0-d array 0-d

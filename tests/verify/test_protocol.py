@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from nkibot.verify.protocol import to_kernel_dtype
+from nkibot.verify.protocol import load_array, save_array, to_kernel_dtype
 
 
 class TestToKernelDtype:
@@ -24,3 +26,17 @@ class TestToKernelDtype:
         """An int64 value that int32 cannot hold is an error, never silently wrapped."""
         with pytest.raises(ValueError, match="outside int32"):
             to_kernel_dtype(np.array([2**40], dtype=np.int64))
+
+
+class TestArrayFiles:
+    @pytest.mark.parametrize("dtype", [np.float32, np.int64, "bfloat16"])
+    def test_a_zero_d_array_keeps_its_shape(self, tmp_path: Path, dtype: object) -> None:
+        """A loss is a 0-d tensor: saved and loaded it stays 0-d, and the shape check agrees."""
+        import ml_dtypes
+
+        kind = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+        descriptor = save_array(tmp_path / "out.npy", np.array(3.0, dtype=kind))
+        assert descriptor["shape"] == []
+        loaded = load_array(descriptor)
+        assert loaded.shape == ()
+        assert float(loaded) == 3.0
