@@ -213,21 +213,6 @@ def test_language_rand_seed_dropout_gather(nki: ModuleType) -> None:
     np.testing.assert_array_equal(g, np.take_along_axis(data, idx.astype(np.int64), axis=1))
 
 
-def test_lnc_synchronisation_is_reported_unsupported_on_two_cores() -> None:
-    with activate(force=True, target="trn2") as nki:
-        assert nki is not None
-        import nki.isa as nisa
-        import nki.language as nl
-
-        def k(x: Any) -> Any:
-            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-            nisa.core_barrier(data=out, cores=(0, 1))
-            return out
-
-        with pytest.raises(ConstraintError, match=r"unsupported.*one after another"):
-            nki.simulate(nki.jit(k)[2])(np.ones((2, 2), F32))
-
-
 def test_an_output_argument_the_kernel_wrote_is_a_result(nki: ModuleType) -> None:
     """nisa.dma_copy's own scatter example returns its `output` parameter."""
     import nki.isa as nisa
