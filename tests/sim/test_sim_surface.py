@@ -80,6 +80,38 @@ def test_view_patterns_offsets_and_rearrange(nki: ModuleType) -> None:
     assert r.rearrange(("b", ("h", "w")), ("b", "w", "h"), {"h": 4}).shape == (128, 6, 4)
 
 
+def test_ap_pairs_passed_one_by_one(nki: ModuleType) -> None:
+    """nki-aps.rst:158 writes `src.ap([32, 16], [1, 32])`: two pairs, no offset."""
+    import nki.language as nl
+
+    t = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.sbuf)
+    v = t[:, 4:12].ap([32, 16], [1, 8])
+    assert v.get_pattern() == [[32, 16], [1, 8]] and v.offset == 4 and v.shape == (16, 8)
+    assert t.ap([[32, 16], [1, 32]], 0).shape == (16, 32)
+
+
+def test_while_on_a_register_runs_until_it_holds_zero(nki: ModuleType) -> None:
+    """`while reg:` tests the register's integer (nki/get-started/about/index.rst:227)."""
+    import nki.isa as nisa
+    import nki.language as nl
+
+    def k(x: Any) -> Any:
+        cond = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        acc = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0)
+        reg = nisa.register_alloc(5)
+        while reg:
+            nisa.register_store(cond, reg)
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=cond, op=nl.add)
+            nisa.tensor_scalar(cond, cond, nl.add, -1)
+            nisa.register_load(reg, cond)
+        out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+
+    assert _run(nki, k, np.zeros((1, 1), F32)).item() == 5 + 4 + 3 + 2 + 1
+
+
 def _run(nki: ModuleType, body: Any, *arrays: Any) -> Any:
     return nki.simulate(nki.jit(body))(*arrays)
 

@@ -51,6 +51,11 @@ class VirtualRegister(NKIObject):
 
     __int__ = __index__
 
+    def __bool__(self) -> bool:
+        # `while reg:` loops while the register holds a non-zero integer
+        # (nki/get-started/about/index.rst:227)
+        return self.register_value() != 0
+
     def __repr__(self) -> str:
         return f"VirtualRegister({self.value})"
 
