@@ -63,6 +63,7 @@ FIXES: dict[str, str] = {
     "data-dependent-control": (
         "keep Python control flow on shapes and Python ints; select per element on device"
     ),
+    "loop-illegal": "put the nl.no_reorder() block inside the dynamic loop's body",
     "lnc-sync": (
         "make every logical core reach the same core_barrier calls, and pair each sendrecv "
         "with one on the partner core (send_to_rank / recv_from_rank swapped, same pipe_id)"

@@ -120,6 +120,8 @@ class RunState:
         #: a source line in an earlier iteration (see `alloc.supersede`).
         self.loop_epoch = 0
         self.sites: dict[tuple[str, int], tuple[int, Any]] = {}
+        #: Depth of `with nl.no_reorder():` blocks (dynamic loops are refused inside).
+        self.no_reorder = 0
         #: The launch this state belongs to: itself, or for a logical core of an LNC=2
         #: launch, the launch's root state (see `for_core`).
         self.launch: RunState = self

@@ -112,6 +112,26 @@ def test_while_on_a_register_runs_until_it_holds_zero(nki: ModuleType) -> None:
     assert _run(nki, k, np.zeros((1, 1), F32)).item() == 5 + 4 + 3 + 2 + 1
 
 
+@pytest.mark.parametrize("loop", [
+    "for _ in nl.dynamic_range(n):\n            pass",
+    "nl.fori_loop(0, n, lambda i: None)",
+    "nl.while_loop(nisa.register_alloc(0), lambda r: r)",
+])
+def test_dynamic_loops_are_refused_inside_no_reorder(nki: ModuleType, loop: str) -> None:
+    """nki-dynamic-loops.rst:135-136 and nl.no_reorder's docstring: not supported."""
+    import nki.isa as nisa
+    import nki.language as nl
+
+    n = nisa.register_alloc(3)
+    with pytest.raises(ConstraintError) as info, nl.no_reorder():
+        exec(loop, {"nl": nl, "nisa": nisa, "n": n})
+    assert info.value.rule == "loop-illegal"
+    for _ in nl.dynamic_range(n):  # the documented workaround: no_reorder in the body
+        with nl.no_reorder():
+            pass
+    nl.fori_loop(0, n, lambda i: None)  # and outside a no_reorder block, fine
+
+
 def _run(nki: ModuleType, body: Any, *arrays: Any) -> Any:
     return nki.simulate(nki.jit(body))(*arrays)
 
