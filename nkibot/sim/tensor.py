@@ -27,7 +27,7 @@ from nkibot.sim.indirect import (
 from nkibot.sim.opaque import numpy_refused, ufunc_name, values_refused
 from nkibot.sim.state import LOCAL
 from nkibot.sim.storage import PMAX, Handle, MemoryRegion, Stored, handle, values
-from nkibot.sim.views import access_pattern
+from nkibot.sim.views import access_pattern, check_partition_step
 
 __all__ = ["PMAX", "DynSlice", "MemoryRegion", "NkiTensor"]
 
@@ -245,6 +245,8 @@ class NkiTensor(Stored):
         if scalar_offset is not None or vector_offset is not None:
             h = dynamic_ap(self, pattern, offset, scalar_offset, vector_offset, indirect_dim, dt)
             return NkiTensor(h, dt, self.buffer, self.name)
+        if self.on_chip:
+            check_partition_step(handle(self), pattern, dt, self.describe())
         arr, state = access_pattern(handle(self), self.on_chip, self.describe(), pattern,
                                     offset, dt)
         return self._derive(arr, state, dtype=dt)

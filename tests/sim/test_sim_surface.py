@@ -90,6 +90,20 @@ def test_ap_pairs_passed_one_by_one(nki: ModuleType) -> None:
     assert t.ap([[32, 16], [1, 32]], 0).shape == (16, 32)
 
 
+def test_ap_partition_step_must_be_the_free_size(nki: ModuleType) -> None:
+    """nki-aps.rst:201-206: a first step of 32*2 reads every other partition: illegal."""
+    import nki.language as nl
+
+    t = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.sbuf)
+    with pytest.raises(ConstraintError) as info:
+        t.ap(pattern=[[64, 8], [1, 32]], offset=0)
+    assert info.value.rule == "view-illegal" and "partition step 64" in info.value.detail
+    assert t.ap(pattern=[[32, 8], [1, 32]], offset=0).shape == (8, 32)
+    assert t.ap(pattern=[[64, 16], [1, 64]], dtype=nl.bfloat16).shape == (16, 64)
+    h = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+    assert h.ap(pattern=[[64, 8], [1, 32]]).shape == (8, 32)  # HBM: any pattern
+
+
 def test_while_on_a_register_runs_until_it_holds_zero(nki: ModuleType) -> None:
     """`while reg:` tests the register's integer (nki/get-started/about/index.rst:227)."""
     import nki.isa as nisa
