@@ -63,6 +63,10 @@ FIXES: dict[str, str] = {
     "data-dependent-control": (
         "keep Python control flow on shapes and Python ints; select per element on device"
     ),
+    "lnc-race": (
+        "put a nisa.core_barrier(data=<the shared tensor>, cores=(0, 1)) between one "
+        "core's write to shared HBM and the other core's read (or write) of it"
+    ),
     "loop-illegal": "put the nl.no_reorder() block inside the dynamic loop's body",
     "lnc-sync": (
         "make every logical core reach the same core_barrier calls, and pair each sendrecv "

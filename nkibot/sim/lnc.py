@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from nkibot.sim.errors import ConstraintError, SimError
+from nkibot.sim.errors import ConstraintError, SimError, user_site
+from nkibot.sim.races import Races
 
 #: Seconds between a waiting core's checks for an error raised on another core.
 POLL_S = 0.5
@@ -84,6 +85,11 @@ class Cores:
         self.reached = [0] * n
         #: (sender, receiver, pipe_id) -> payloads in send order.
         self.mail: dict[tuple[int, int, Any], deque[Message]] = {}
+        self.races = Races(n)
+
+    def access(self, pid: int, h: Any, write: bool, what: str) -> None:
+        """Core `pid` reads or writes shared-HBM handle `h`: refuse an unordered access."""
+        self.races.access(pid, self.reached[pid], h, write, what, user_site())
 
     # ---- running the cores -------------------------------------------------------------
     def run(self, body: Callable[[int], Any]) -> list[Any]:

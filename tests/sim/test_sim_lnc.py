@@ -86,11 +86,60 @@ def test_barrier_orders_the_cores_writes_before_the_other_core_reads(
     np.testing.assert_array_equal(got, np.concatenate([x[32:] * 3, x[:32] * 2]))
 
 
-def test_without_the_barrier_core_0_reads_unwritten_memory(
+def test_without_the_barrier_the_unordered_accesses_raise(
         sim: ModuleType, kernels: Callable[[str], ModuleType]) -> None:
-    """The same kernel without core_barrier: core 0 reads core 1's half before it exists."""
-    got = sim.simulate(_halves(kernels, barrier=False)[2])(_x())
-    assert np.isnan(got[:32]).all()
+    """The same kernel without core_barrier: core 0 reads core 1's half of the scratch
+    before core 1 writes it (a write-after-read race), so the launch is refused."""
+    with pytest.raises(ConstraintError) as info:
+        sim.simulate(_halves(kernels, barrier=False)[2])(_x())
+    assert info.value.rule == "lnc-race"
+    assert "core 1 writes shared_hbm[32, 16]" in info.value.detail
+    assert "which core 0 read" in info.value.detail
+
+
+def test_a_read_that_happens_to_come_after_the_write_is_still_a_race(
+        sim: ModuleType, kernels: Callable[[str], ModuleType]) -> None:
+    """Core 0 runs first, so core 1 would read the right values; no barrier orders it."""
+    source = """
+        @nki.jit
+        def k(x):
+            p = nl.program_id(0)
+            scratch = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            if p == 0:
+                nisa.dma_copy(dst=t, src=x)
+                nisa.dma_copy(dst=scratch, src=t)
+            BARRIER
+            if p == 1:
+                nisa.dma_copy(dst=t, src=scratch)
+                nisa.dma_copy(dst=out, src=t)
+            return out
+        """
+    x = _x(16, 8)
+    racy = kernels(source.replace("BARRIER", "pass")).k
+    with pytest.raises(ConstraintError) as info:
+        sim.simulate(racy[2])(x)
+    assert info.value.rule == "lnc-race" and "core 1 reads" in info.value.detail
+    fixed = kernels(source.replace("BARRIER", "nisa.core_barrier(data=scratch, cores=(0, 1))")).k
+    np.testing.assert_array_equal(sim.simulate(fixed[2])(x), x)
+
+
+def test_cores_writing_disjoint_rows_need_no_barrier(
+        sim: ModuleType, kernels: Callable[[str], ModuleType]) -> None:
+    mod = kernels("""
+        @nki.jit
+        def k(x):
+            p = nl.program_id(0)
+            h = x.shape[0] // 2
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((h, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[p * h:(p + 1) * h, :])
+            nisa.dma_copy(dst=out[p * h:(p + 1) * h, :], src=t)
+            return out
+        """)
+    x = _x(16, 8)
+    np.testing.assert_array_equal(sim.simulate(mod.k[2])(x), x)
 
 
 def test_ring_exchange_delivers_each_cores_values(
