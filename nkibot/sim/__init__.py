@@ -46,8 +46,8 @@ kernel, rule `kernel-exception`) carry `rule`, `file`, `line`, `fix`; str() read
 shape-mismatch, buffer-illegal, out-of-bounds, matmul-contraction, matmul-stationary-free,
 matmul-moving-free, psum-bank, psum-accumulate, psum-capacity, sbuf-capacity,
 dtype-illegal, float64-input, reduce-axis0, reduce-axis, broadcast, read-only,
-view-illegal, op-illegal, arch-unsupported, lnc-sync, lnc-race, loop-illegal, unsupported, host-compute,
-data-dependent-control, result-illegal.
+view-illegal, op-illegal, arch-unsupported, lnc-sync, lnc-race, loop-illegal, unsupported,
+host-compute, data-dependent-control, result-illegal.
 
 `stats()` -> {"instructions": {engine: n}, "elements": {engine: n}, "dma_bytes": n,
 "peak_sbuf_bytes_per_partition": n, "peak_psum_bytes_per_partition": n}; engines are
