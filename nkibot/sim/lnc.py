@@ -32,8 +32,9 @@ from nkibot.sim.races import Races
 POLL_S = 0.5
 
 
-class _Ended(Exception):
-    """Raised in a waiting core when another core failed: that core's error is the one."""
+class _Ended(BaseException):
+    """Raised in a waiting core when another core failed: that core's error is the one.
+    (A BaseException, so a kernel's own `except Exception` cannot keep the core going.)"""
 
 
 @dataclass
