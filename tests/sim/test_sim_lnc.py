@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nkibot.sim import ConstraintError, activate, stats
+from nkibot.sim import ConstraintError, KernelError, activate, stats
 from nkibot.sim.cost import estimate
 from tests.sim.sim_helpers import load_module
 
@@ -346,3 +346,23 @@ def test_cost_model_follows_each_core(sim: ModuleType,
     k = _halves(kernels, barrier=True)
     report = estimate(k[2], _x(), target="trn2")
     assert report.makespan_ns > 0 and report.instructions["gpsimd"] >= 2
+
+
+def test_an_error_on_one_core_ends_the_core_waiting_for_it(
+        sim: ModuleType, kernels: Callable[[str], ModuleType]) -> None:
+    mod = kernels("""
+        @nki.jit
+        def k(x):
+            if nl.program_id(0) == 1:
+                raise ValueError("core 1 gives up")
+            try:
+                nisa.core_barrier(data=x, cores=(0, 1))
+            except Exception:
+                pass  # cannot keep core 0 running once core 1 failed
+            return None
+        """)
+    started = time.monotonic()
+    with pytest.raises(KernelError) as info:
+        sim.simulate(mod.k[2])(_x(8, 4))
+    assert time.monotonic() - started < 5
+    assert info.value.rule == "kernel-exception" and "core 1 gives up" in info.value.detail
