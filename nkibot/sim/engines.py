@@ -9,6 +9,7 @@ module, not the other way round).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -143,8 +144,7 @@ def write(dst: Stored, value: Any, op: str) -> None:
     if h.readonly:
         raise fail("read-only", f"{op}: cannot write into broadcast view {dst.describe()}")
     alloc = h.alloc
-    if alloc.region is MemoryRegion.shared_hbm:
-        _shared_access(h, True, dst)
+    after = _shared_access(h, True, dst) if alloc.region is MemoryRegion.shared_hbm else None
     alloc.written = True
     if alloc.pending:
         settle(alloc)
@@ -158,13 +158,17 @@ def write(dst: Stored, value: Any, op: str) -> None:
         scatter(h)
     if h.state is not None:
         h.state[...] = PSUM_OTHER
+    if after is not None:
+        after()
 
 
-def _shared_access(h: Handle, is_write: bool, t: Stored) -> None:
+def _shared_access(h: Handle, is_write: bool, t: Stored) -> Callable[[], None] | None:
     """Under LNC=2, a shared-HBM access no core_barrier orders raises (`races.py`)."""
     st = current()
-    if st.cores is not None:
-        st.cores.access(st.program, h, is_write, t.describe())
+    if st.cores is None:
+        return None
+    after: Callable[[], None] | None = st.cores.access(st.program, h, is_write, t.describe())
+    return after
 
 
 def count(engine: str, elements: int) -> None:

@@ -88,9 +88,10 @@ class Cores:
         self.mail: dict[tuple[int, int, Any], deque[Message]] = {}
         self.races = Races(n)
 
-    def access(self, pid: int, h: Any, write: bool, what: str) -> None:
-        """Core `pid` reads or writes shared-HBM handle `h`: refuse an unordered access."""
-        self.races.access(pid, self.reached[pid], h, write, what, user_site())
+    def access(self, pid: int, h: Any, write: bool, what: str) -> Callable[[], None] | None:
+        """Core `pid` reads or writes shared-HBM handle `h`: refuse an unordered access
+        (for a write, maybe a check to run once the bytes are written)."""
+        return self.races.access(pid, self.reached[pid], h, write, what, user_site())
 
     # ---- running the cores -------------------------------------------------------------
     def run(self, body: Callable[[int], Any]) -> list[Any]:

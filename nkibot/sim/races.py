@@ -8,16 +8,18 @@ barrier count g_q is ordered after core p's access at count g_p only when q has 
 barrier number g_p + 1 (which p could reach only after its access): g_q > g_p. So:
 
 - a read of bytes another core wrote with g_q <= g_p reads unordered data (RAW);
-- a write of bytes another core read with g_q <= g_p may land before that read (WAR).
+- a write of bytes another core read with g_q <= g_p may land before that read (WAR);
+- a write of bytes another core wrote with g_q <= g_p, with different values, leaves
+  either value behind (WAW; the same values are benign and pass).
 
-Both raise `lnc-race` at the accessing line, naming the other core's access. Two cores
-writing the same bytes (WAW) is not reported (it is benign when they store the same
-values). Only views of the storage are tracked (not gathered copies), and only
-allocations of at most `LIMIT_BYTES`.
+Each raises `lnc-race` at the accessing line, naming the other core's access. Only views
+of the storage are tracked (not gathered copies), and only contiguous allocations of at
+most `LIMIT_BYTES`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -72,38 +74,66 @@ class Races:
     def _track(self, alloc: Any) -> _Track | None:
         t = self.tracks.get(id(alloc))
         if t is None:
-            if alloc.base.nbytes > LIMIT_BYTES:
+            if alloc.base.nbytes > LIMIT_BYTES or not alloc.base.flags.c_contiguous:
                 return None
             t = self.tracks[id(alloc)] = _Track(alloc, alloc.base.nbytes, self.cores)
         return t
 
     def access(self, core: int, passed: int, h: Any, write: bool, what: str,
-               site: str) -> None:
-        """Core `core`, having passed `passed` barriers, reads or writes handle `h`."""
+               site: str) -> Callable[[], None] | None:
+        """Core `core`, having passed `passed` barriers, reads or writes handle `h`.
+
+        For a write over bytes the other core wrote unordered, returns a check to call
+        after the write: it raises when the written bytes differ from what was there.
+        """
         t = self._track(h.alloc)
         if t is None:
-            return
+            return None
         base = h.alloc.base
         w = _view(t.writer, base, h.arr)
         if w is None:
-            return
+            return None
         g = _view(t.wgen, base, h.arr)
         assert g is not None
+        after: Callable[[], None] | None = None
         if write:
             for p in range(self.cores):
                 r = _view(t.readers[p], base, h.arr)
                 if p != core and r is not None and bool(np.any(r >= passed)):
                     raise self._race(core, p, "writes", "read", what, t)
+            unordered = (w >= 0) & (w != core) & (g >= passed)
+            if bool(np.any(unordered)):
+                after = self._same_bytes(core, int(w[unordered].flat[0]), h, unordered,
+                                         what, t)
             w[...] = core
             g[...] = passed
         else:
-            if bool(np.any((w >= 0) & (w != core) & (g >= passed))):
-                p = int(w[(w >= 0) & (w != core)].flat[0])
+            unordered = (w >= 0) & (w != core) & (g >= passed)
+            if bool(np.any(unordered)):
+                p = int(w[unordered].flat[0])
                 raise self._race(core, p, "reads", "wrote", what, t)
             r = _view(t.readers[core], base, h.arr)
             if r is not None:
                 r[...] = passed
         t.sites[("write" if write else "read", core)] = site
+        return after
+
+    def _same_bytes(self, core: int, other: int, h: Any, mask: Arr, what: str,
+                    t: _Track) -> Callable[[], None]:
+        """A check that the write leaves the other core's unordered bytes unchanged."""
+        base = h.alloc.base
+        raw = base.reshape(-1).view(np.uint8)
+        old = _view(raw, base, h.arr)
+        assert old is not None
+        before = old[mask].copy()
+
+        def check() -> None:
+            now = _view(raw, base, h.arr)
+            if now is not None and not np.array_equal(now[mask], before):
+                raise self._race(core, other, "overwrites", "wrote", what + " with other "
+                                 "values", t)
+
+        return check
 
     @staticmethod
     def _race(core: int, other: int, verb: str, did: str, what: str,

@@ -366,3 +366,39 @@ def test_an_error_on_one_core_ends_the_core_waiting_for_it(
         sim.simulate(mod.k[2])(_x(8, 4))
     assert time.monotonic() - started < 5
     assert info.value.rule == "kernel-exception" and "core 1 gives up" in info.value.detail
+
+
+WAW = """
+    @nki.jit
+    def k(x):
+        # each core sums its half of the rows into the same output row: last writer wins
+        p = nl.program_id(0)
+        h = x.shape[0] // 2
+        out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((h, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[ROWS, :])
+        ones = nl.ndarray((h, 1), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=ones, value=1.0)
+        acc = nl.ndarray((1, x.shape[1]), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=ones, moving=t)
+        s = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=s, src=acc)
+        nisa.dma_copy(dst=out, src=s)
+        return out
+    """
+
+
+def test_two_cores_storing_different_values_unordered_is_a_race(
+        sim: ModuleType, kernels: Callable[[str], ModuleType]) -> None:
+    with pytest.raises(ConstraintError) as info:
+        sim.simulate(kernels(WAW.replace("ROWS", "p * h:(p + 1) * h")).k[2])(_x(16, 8))
+    assert info.value.rule == "lnc-race"
+    assert "core 1 overwrites shared_hbm[1, 8]" in info.value.detail
+
+
+def test_two_cores_storing_the_same_values_is_benign(
+        sim: ModuleType, kernels: Callable[[str], ModuleType]) -> None:
+    """Both cores sum the same rows (redundant work, same bytes): no race reported."""
+    x = _x(16, 8)
+    got = sim.simulate(kernels(WAW.replace("ROWS", "0:h")).k[2])(x)
+    np.testing.assert_allclose(got, x[:8].sum(axis=0, keepdims=True), rtol=1e-5, atol=1e-5)
