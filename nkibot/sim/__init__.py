@@ -17,8 +17,10 @@ trn2, trn3), else NEURON_PLATFORM_TARGET_OVERRIDE as the official simulator read
 its documentation line, are in `targets.py` (docs/generations.md). Inputs are NumPy arrays (bf16/fp8
 as ml_dtypes arrays); float64 is refused (rule `float64-input`). Inputs a kernel writes are
 updated in place. Results come back as NumPy arrays (a tuple for a tuple). `kernel[2]`
-runs two logical cores serially, `nl.program_id(0)` in {0, 1}; `shared_hbm` outputs are
-one tensor shared by both.
+runs two logical cores, one thread each (`lnc.py`: one runs at a time, switching only at
+`core_barrier` / `sendrecv` or when one finishes, so runs are deterministic and deadlocks
+raise `lnc-sync`), `nl.program_id(0)` in {0, 1}; `shared_hbm` tensors are one tensor
+shared by both.
 
 Semantics: every instruction runs eagerly; engines compute in fp32 and round to the
 destination dtype on write (ml_dtypes, nearest even). New allocations hold NaN (floats) or
@@ -44,8 +46,8 @@ kernel, rule `kernel-exception`) carry `rule`, `file`, `line`, `fix`; str() read
 shape-mismatch, buffer-illegal, out-of-bounds, matmul-contraction, matmul-stationary-free,
 matmul-moving-free, psum-bank, psum-accumulate, psum-capacity, sbuf-capacity,
 dtype-illegal, float64-input, reduce-axis0, reduce-axis, broadcast, read-only,
-view-illegal, op-illegal, arch-unsupported, unsupported, host-compute,
-data-dependent-control, result-illegal.
+view-illegal, op-illegal, arch-unsupported, lnc-sync, lnc-race, loop-illegal, unsupported,
+host-compute, data-dependent-control, result-illegal.
 
 `stats()` -> {"instructions": {engine: n}, "elements": {engine: n}, "dma_bytes": n,
 "peak_sbuf_bytes_per_partition": n, "peak_psum_bytes_per_partition": n}; engines are

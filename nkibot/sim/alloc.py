@@ -44,7 +44,7 @@ def allocate(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str 
                                     f"not {st.target} ({targets.cite('mx_dtypes')})")
     if any(s < 1 for s in shp) or not shp:
         raise fail("out-of-bounds", f"allocation shape {list(shp)} must be non-empty and positive")
-    if reg is MemoryRegion.shared_hbm and st.program > 0:
+    if reg is MemoryRegion.shared_hbm and st.shared_cursor < len(st.shared):
         return _shared_reuse(st.shared, st, shp, dt)
     tracker = None
     nbytes = 0
@@ -69,11 +69,12 @@ def allocate(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str 
     state = np.zeros(shp, np.uint8) if reg is MemoryRegion.psum else None
     if state is not None and fill is not None and fill is not OVERWRITTEN:
         state.fill(PSUM_OTHER)
-    t = NkiTensor(new_allocation(arr, reg, tracker, nbytes, state, st), dt, reg, name)
+    t = NkiTensor(new_allocation(arr, reg, tracker, nbytes, state, st.launch), dt, reg, name)
     if tracker is not None:
         st.sites[site] = (st.loop_epoch, weakref.ref(t))
     if reg is MemoryRegion.shared_hbm:
-        st.shared.append(t)
+        st.shared.append(t)  # the other logical cores' same allocation reuses it
+        st.shared_cursor += 1
     return t
 
 
@@ -114,13 +115,17 @@ def supersede(st: Any, site: tuple[str, int]) -> bool:
 
 def _shared_reuse(shared: list[Any], st: Any, shp: tuple[int, ...],
                   dt: np.dtype[Any]) -> NkiTensor:
-    # Every logical core allocates the same shared_hbm outputs; they are one tensor.
+    # Every logical core allocates the same shared_hbm outputs; they are one tensor: the
+    # i-th shared_hbm allocation of each core is the one the first core to get there made.
     i = st.shared_cursor
     st.shared_cursor += 1
     if i < len(shared) and shared[i].shape == shp and shared[i].dtype == dt:
         found: NkiTensor = shared[i]
         return found
-    raise fail("unsupported", "logical cores allocated different shared_hbm tensors")
+    raise fail("lnc-sync", f"logical core {st.program} allocates shared_hbm tensor #{i + 1} "
+                           f"as {list(shp)} {dtypes.name(dt)}, but another core allocated it "
+                           f"as {shared[i].describe()}; every core must allocate the same "
+                           "shared_hbm tensors in the same order")
 
 
 def wrap(arr: np.ndarray[Any, Any], buffer: MemoryRegion, name: str = "") -> NkiTensor:

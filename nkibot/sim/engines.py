@@ -9,6 +9,7 @@ module, not the other way round).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -92,6 +93,8 @@ def read(t: Stored, compute: np.dtype[Any] = F32) -> Arr:
     h = handle(t)
     if h.alloc.pending:
         settle(h.alloc)
+    if h.alloc.region is MemoryRegion.shared_hbm:
+        _shared_access(h, False, t)
     st = h.state
     if st is not None and not h.readonly:
         # Reading matmul results out of PSUM ends that accumulation group.
@@ -117,6 +120,8 @@ def settled(t: Stored) -> Arr:
     """The tensor's values with pending matmuls run, without ending a PSUM group."""
     h = handle(t)
     settle(h.alloc)
+    if h.alloc.region is MemoryRegion.shared_hbm:
+        _shared_access(h, False, t)
     return h.arr
 
 
@@ -139,6 +144,7 @@ def write(dst: Stored, value: Any, op: str) -> None:
     if h.readonly:
         raise fail("read-only", f"{op}: cannot write into broadcast view {dst.describe()}")
     alloc = h.alloc
+    after = _shared_access(h, True, dst) if alloc.region is MemoryRegion.shared_hbm else None
     alloc.written = True
     if alloc.pending:
         settle(alloc)
@@ -152,6 +158,17 @@ def write(dst: Stored, value: Any, op: str) -> None:
         scatter(h)
     if h.state is not None:
         h.state[...] = PSUM_OTHER
+    if after is not None:
+        after()
+
+
+def _shared_access(h: Handle, is_write: bool, t: Stored) -> Callable[[], None] | None:
+    """Under LNC=2, a shared-HBM access no core_barrier orders raises (`races.py`)."""
+    st = current()
+    if st.cores is None:
+        return None
+    after: Callable[[], None] | None = st.cores.access(st.program, h, is_write, t.describe())
+    return after
 
 
 def count(engine: str, elements: int) -> None:

@@ -63,6 +63,15 @@ FIXES: dict[str, str] = {
     "data-dependent-control": (
         "keep Python control flow on shapes and Python ints; select per element on device"
     ),
+    "lnc-race": (
+        "put a nisa.core_barrier(data=<the shared tensor>, cores=(0, 1)) between one "
+        "core's write to shared HBM and the other core's read (or write) of it"
+    ),
+    "loop-illegal": "put the nl.no_reorder() block inside the dynamic loop's body",
+    "lnc-sync": (
+        "make every logical core reach the same core_barrier calls, and pair each sendrecv "
+        "with one on the partner core (send_to_rank / recv_from_rank swapped, same pipe_id)"
+    ),
     "result-illegal": (
         "allocate each result with nl.ndarray(shape, dtype, buffer=nl.shared_hbm) in the "
         "kernel, store into it, and return it"
@@ -138,6 +147,12 @@ def _first_user_frame(frame: FrameType | None) -> tuple[str, int] | None:
             return name, frame.f_lineno
         frame = frame.f_back
     return None
+
+
+def user_site(frame: FrameType | None = None) -> str:
+    """`file.py:LINE` of the innermost kernel frame (the caller's stack by default)."""
+    found = _first_user_frame(frame if frame is not None else sys._getframe(1))
+    return "<unknown>" if found is None else f"{Path(found[0]).name}:{found[1]}"
 
 
 def _rebuild(cls: type[SimError], rule: str, detail: str, fix: str, file: str | None,

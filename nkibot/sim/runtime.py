@@ -17,6 +17,7 @@ from nkibot.sim import dtypes, hostio, isa, language, targets
 from nkibot.sim import typing as sim_typing
 from nkibot.sim.alloc import wrap
 from nkibot.sim.errors import KernelError, SimError, fail
+from nkibot.sim.lnc import Cores
 from nkibot.sim.state import LAST, LOCAL, RunState
 from nkibot.sim.storage import MemoryRegion, handle, values
 from nkibot.sim.tensor import NkiTensor
@@ -138,7 +139,7 @@ def _to_numpy(result: Any, state: RunState, where: str = "result",
         # An output argument the kernel wrote into (nisa.dma_copy's own scatter example
         # returns its `output` parameter): the caller's array, updated in place.
         return np.array(values(result))
-    if handle(result).alloc.launch is not state:
+    if handle(result).alloc.launch is not state.launch:
         raise fail("result-illegal", f"kernel {where} {result.describe()} was not allocated "
                                      "by this launch (an input or a leftover tensor)")
     if result.buffer is not MemoryRegion.shared_hbm:
@@ -151,7 +152,8 @@ def _to_numpy(result: Any, state: RunState, where: str = "result",
 
 def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
         lnc: int = 1, cost: Any = None, numerics: bool = True) -> Any:
-    """Run every logical core of one launch serially; errors point at the kernel line.
+    """Run one launch (each logical core on a thread of its own under LNC=2, see
+    `nkibot.sim.lnc`); errors point at the kernel line.
 
     `cost`: a cost-model recorder fed at every instruction (see `nkibot.sim.cost`);
     `numerics=False` skips the matmul arithmetic (the cost model's cost-only mode).
@@ -165,16 +167,15 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     buffer = MemoryRegion.shared_hbm if lnc > 1 else MemoryRegion.private_hbm
     tensors = tuple(_to_tensor(a, buffer, i) for i, a in enumerate(args))
     targs = {k: _to_tensor(v, buffer, -1) for k, v in kwargs.items()}
-    LOCAL.state, LAST[0] = state, state.counters
-    results = []
+    LAST[0] = state.counters
     LOCAL.depth += 1
     try:
         with np.errstate(all="ignore"):
-            for pid in range(lnc):
-                state.program, state.shared_cursor = pid, 0
-                if cost is not None and pid:
-                    cost.next_core()  # each logical core has its own engines and queues
-                results.append(fn(*tensors, **targs))
+            if lnc == 1:
+                LOCAL.state = state
+                result = fn(*tensors, **targs)
+            else:
+                result = _run_cores(fn, tensors, targs, state)[0]
     except SimError:
         raise
     except Exception as exc:
@@ -186,10 +187,28 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
         LOCAL.state = RunState(1, target)
     written = tuple(t for t in (*tensors, *targs.values())
                     if isinstance(t, NkiTensor) and handle(t).alloc.written)
-    out = _to_numpy(results[0], state, written=written)
+    out = _to_numpy(result, state, written=written)
     if any(hostio.is_torch(a) for a in (*args, *kwargs.values())):
         return hostio.numpy_to_torch(out)  # torch in, torch out, as the official simulator
     return out
+
+
+def _run_cores(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+               state: RunState) -> list[Any]:
+    """The logical cores of an LNC=2 launch, one thread each (`nkibot.sim.lnc`); their results.
+
+    Each core has its own SBUF, PSUM and engine registers and sees its own
+    `nl.program_id()`; HBM, the counters and the cost recorder are the launch's.
+    """
+    cores = Cores(state.lnc, None if state.cost is None else state.cost.switch_core)
+    states = [state.for_core(pid, cores) for pid in range(state.lnc)]
+
+    def body(pid: int) -> Any:
+        LOCAL.state, LOCAL.depth = states[pid], 1
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+
+    return cores.run(body)
 
 
 def stats() -> dict[str, Any]:

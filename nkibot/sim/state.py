@@ -120,6 +120,24 @@ class RunState:
         #: a source line in an earlier iteration (see `alloc.supersede`).
         self.loop_epoch = 0
         self.sites: dict[tuple[str, int], tuple[int, Any]] = {}
+        #: Depth of `with nl.no_reorder():` blocks (dynamic loops are refused inside).
+        self.no_reorder = 0
+        #: The launch this state belongs to: itself, or for a logical core of an LNC=2
+        #: launch, the launch's root state (see `for_core`).
+        self.launch: RunState = self
+        #: The scheduler of an LNC=2 launch's cores (`nkibot.sim.lnc.Cores`), else None.
+        self.cores: Any = None
+
+    def for_core(self, pid: int, cores: Any) -> RunState:
+        """The state of logical core `pid`: its own SBUF/PSUM, registers and loop sites;
+        the launch's counters, shared_hbm tensors, cost recorder and generation."""
+        core = RunState(self.lnc, self.target)
+        core.counters, core.launch, core.cores, core.program = self.counters, self, cores, pid
+        core.memory = MemoryTracker(self.counters, self.target)
+        core.memory.sbuf_limit, core.memory.psum_limit = (self.memory.sbuf_limit,
+                                                          self.memory.psum_limit)
+        core.shared, core.cost, core.numerics = self.shared, self.cost, self.numerics
+        return core
 
     def count(self, engine: str, elements: int) -> None:
         c = self.counters

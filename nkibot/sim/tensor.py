@@ -27,7 +27,7 @@ from nkibot.sim.indirect import (
 from nkibot.sim.opaque import numpy_refused, ufunc_name, values_refused
 from nkibot.sim.state import LOCAL
 from nkibot.sim.storage import PMAX, Handle, MemoryRegion, Stored, handle, values
-from nkibot.sim.views import access_pattern
+from nkibot.sim.views import access_pattern, check_partition_step
 
 __all__ = ["PMAX", "DynSlice", "MemoryRegion", "NkiTensor"]
 
@@ -237,10 +237,16 @@ class NkiTensor(Stored):
 
     def ap(self, pattern: Any, offset: int | None = None, scalar_offset: Any = None,
            vector_offset: Any = None, indirect_dim: int = 0, dtype: Any = None) -> NkiTensor:
+        if _is_pair(pattern) and _is_pair(offset):
+            # `t.ap([32, 16], [1, 32])`: the pairs passed one by one, as the access-pattern
+            # deep-dive writes it (nki/deep-dives/nki-aps.rst:158-159); no offset.
+            pattern, offset = [pattern, offset], None
         dt = self.dtype if dtype is None else dtypes.normalize(dtype)
         if scalar_offset is not None or vector_offset is not None:
             h = dynamic_ap(self, pattern, offset, scalar_offset, vector_offset, indirect_dim, dt)
             return NkiTensor(h, dt, self.buffer, self.name)
+        if self.on_chip:
+            check_partition_step(handle(self), pattern, dt, self.describe())
         arr, state = access_pattern(handle(self), self.on_chip, self.describe(), pattern,
                                     offset, dt)
         return self._derive(arr, state, dtype=dt)
@@ -276,3 +282,9 @@ class NkiTensor(Stored):
     def indirect(self, index: Any, num_elem: int | None = None) -> NkiTensor:
         """Tensor indirection (Trn3): columns at the offsets held in `index`."""
         return NkiTensor(indirect(self, index, num_elem), self.dtype, self.buffer, self.name)
+
+
+def _is_pair(v: Any) -> bool:
+    """`[step, count]`: one access-pattern pair of ints."""
+    return isinstance(v, list | tuple) and len(v) == 2 and all(
+        isinstance(x, int) and not isinstance(x, bool) for x in v)

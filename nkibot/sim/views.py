@@ -44,3 +44,20 @@ def access_pattern(h: Handle, on_chip: bool, what: str, pattern: Any, offset: in
     if sbase is not None and dt == h.arr.dtype:
         state = as_strided(sbase.reshape(-1)[start:], shape=counts, strides=[s for s, _ in pairs])
     return arr, state
+
+
+def check_partition_step(h: Handle, pattern: Any, dt: np.dtype[Any], what: str) -> None:
+    """An SBUF/PSUM pattern's partition step must be the free size of the allocation.
+
+    nki/deep-dives/nki-aps.rst:190-195: on NeuronCore v2/v3/v4 the partition access is
+    contiguous, so the leading step equals the element count of the whole free dimension
+    (reading every other partition is illegal). One partition accessed: any step.
+    """
+    pairs = [(int(p[0]), int(p[1])) for p in pattern]
+    base = h.alloc.base
+    row = base.strides[0] // dt.itemsize if base.ndim else 1
+    if pairs and pairs[0][1] > 1 and pairs[0][0] != row:
+        raise fail("view-illegal", f".ap(pattern={[list(p) for p in pairs]}) on {what}: the "
+                                   f"partition step {pairs[0][0]} must be the allocation's "
+                                   f"free size {row} (partition access is contiguous, "
+                                   "nki/deep-dives/nki-aps.rst:190-195)")

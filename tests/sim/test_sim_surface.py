@@ -80,6 +80,72 @@ def test_view_patterns_offsets_and_rearrange(nki: ModuleType) -> None:
     assert r.rearrange(("b", ("h", "w")), ("b", "w", "h"), {"h": 4}).shape == (128, 6, 4)
 
 
+def test_ap_pairs_passed_one_by_one(nki: ModuleType) -> None:
+    """nki-aps.rst:158 writes `src.ap([32, 16], [1, 32])`: two pairs, no offset."""
+    import nki.language as nl
+
+    t = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.sbuf)
+    v = t[:, 4:12].ap([32, 16], [1, 8])
+    assert v.get_pattern() == [[32, 16], [1, 8]] and v.offset == 4 and v.shape == (16, 8)
+    assert t.ap([[32, 16], [1, 32]], 0).shape == (16, 32)
+
+
+def test_ap_partition_step_must_be_the_free_size(nki: ModuleType) -> None:
+    """nki-aps.rst:201-206: a first step of 32*2 reads every other partition: illegal."""
+    import nki.language as nl
+
+    t = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.sbuf)
+    with pytest.raises(ConstraintError) as info:
+        t.ap(pattern=[[64, 8], [1, 32]], offset=0)
+    assert info.value.rule == "view-illegal" and "partition step 64" in info.value.detail
+    assert t.ap(pattern=[[32, 8], [1, 32]], offset=0).shape == (8, 32)
+    assert t.ap(pattern=[[64, 16], [1, 64]], dtype=nl.bfloat16).shape == (16, 64)
+    h = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+    assert h.ap(pattern=[[64, 8], [1, 32]]).shape == (8, 32)  # HBM: any pattern
+
+
+def test_while_on_a_register_runs_until_it_holds_zero(nki: ModuleType) -> None:
+    """`while reg:` tests the register's integer (nki/get-started/about/index.rst:227)."""
+    import nki.isa as nisa
+    import nki.language as nl
+
+    def k(x: Any) -> Any:
+        cond = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        acc = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0)
+        reg = nisa.register_alloc(5)
+        while reg:
+            nisa.register_store(cond, reg)
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=cond, op=nl.add)
+            nisa.tensor_scalar(cond, cond, nl.add, -1)
+            nisa.register_load(reg, cond)
+        out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+
+    assert _run(nki, k, np.zeros((1, 1), F32)).item() == 5 + 4 + 3 + 2 + 1
+
+
+@pytest.mark.parametrize("loop", [
+    "for _ in nl.dynamic_range(n):\n            pass",
+    "nl.fori_loop(0, n, lambda i: None)",
+    "nl.while_loop(nisa.register_alloc(0), lambda r: r)",
+])
+def test_dynamic_loops_are_refused_inside_no_reorder(nki: ModuleType, loop: str) -> None:
+    """nki-dynamic-loops.rst:135-136 and nl.no_reorder's docstring: not supported."""
+    import nki.isa as nisa
+    import nki.language as nl
+
+    n = nisa.register_alloc(3)
+    with pytest.raises(ConstraintError) as info, nl.no_reorder():
+        exec(loop, {"nl": nl, "nisa": nisa, "n": n})
+    assert info.value.rule == "loop-illegal"
+    for _ in nl.dynamic_range(n):  # the documented workaround: no_reorder in the body
+        with nl.no_reorder():
+            pass
+    nl.fori_loop(0, n, lambda i: None)  # and outside a no_reorder block, fine
+
+
 def _run(nki: ModuleType, body: Any, *arrays: Any) -> Any:
     return nki.simulate(nki.jit(body))(*arrays)
 
@@ -211,21 +277,6 @@ def test_language_rand_seed_dropout_gather(nki: ModuleType) -> None:
     assert a.min() >= 0.0 and a.max() < 1.0 and 0.45 < a.mean() < 0.55
     np.testing.assert_array_equal(dropped, 0.0)
     np.testing.assert_array_equal(g, np.take_along_axis(data, idx.astype(np.int64), axis=1))
-
-
-def test_lnc_synchronisation_is_reported_unsupported_on_two_cores() -> None:
-    with activate(force=True, target="trn2") as nki:
-        assert nki is not None
-        import nki.isa as nisa
-        import nki.language as nl
-
-        def k(x: Any) -> Any:
-            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-            nisa.core_barrier(data=out, cores=(0, 1))
-            return out
-
-        with pytest.raises(ConstraintError, match=r"unsupported.*one after another"):
-            nki.simulate(nki.jit(k)[2])(np.ones((2, 2), F32))
 
 
 def test_an_output_argument_the_kernel_wrote_is_a_result(nki: ModuleType) -> None:

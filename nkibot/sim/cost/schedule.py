@@ -90,6 +90,9 @@ class Recorder:
         self.target, self.knobs = target, knobs or M.Knobs()
         self.depth = 0
         self.cores = 1
+        #: The logical core issuing now, and the other cores' per-core model state.
+        self.core = 0
+        self.saved: dict[int, tuple[Any, ...]] = {}
         self.lines = {r: Timeline() for r in (*ENGINES, "sbuf_port", "psum_port")}
         self.busy = dict.fromkeys((*ENGINES, "dma"), 0.0)
         self.count_by = dict.fromkeys((*ENGINES, "dma"), 0)
@@ -121,12 +124,25 @@ class Recorder:
     def loop_exit(self) -> None:
         self.vec.exit()
 
-    def next_core(self) -> None:
-        """The next logical core (LNC2) starts at time 0 on its own engines and queues."""
-        self.cores += 1
-        self.lines = {r: Timeline() for r in self.lines}
-        self.dma_busy, self.dma_floor = [], 0.0
-        self.last, self.tiles = {}, {}
+    def switch_core(self, pid: int) -> None:
+        """Logical core `pid` (LNC2) issues next: each core has its own engines, queues and
+        loop buffer, and a core seen for the first time starts at time 0. Cores switch
+        only at core_barrier / sendrecv or when one finishes (`nkibot.sim.lnc`); the model
+        does not make a barrier wait for the other core's clock."""
+        if pid == self.core:
+            return
+        self.saved[self.core] = (self.lines, self.dma_busy, self.dma_floor, self.last,
+                                 self.tiles, self.vec)
+        if pid in self.saved:
+            (self.lines, self.dma_busy, self.dma_floor, self.last, self.tiles,
+             self.vec) = self.saved.pop(pid)
+        else:
+            self.cores += 1
+            self.lines = {r: Timeline() for r in self.lines}
+            self.dma_busy, self.dma_floor = [], 0.0
+            self.last, self.tiles = {}, {}
+            self.vec = Vectorizer(self._issue, C.VECTORIZE_MAX_FREE, self.knobs.loop_vectorize)
+        self.core = pid
 
     # ---- the hook ---------------------------------------------------------------------
     def begin(self, op: str, reads: list[NkiTensor], writes: list[NkiTensor]) -> None:

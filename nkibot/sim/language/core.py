@@ -200,7 +200,21 @@ def sequential_range(start: int, stop: int | None = None, step: int = 1) -> _Loo
 
 
 static_range = sequential_range
-dynamic_range = sequential_range
+
+
+def dynamic_range(start: int, stop: int | None = None, step: int = 1) -> _Loop:
+    """A loop with runtime (register) bounds; eagerly, the registers' values now."""
+    refuse_in_no_reorder("nl.dynamic_range")
+    return _range(start, stop, step)
+
+
+def refuse_in_no_reorder(what: str) -> None:
+    """Dynamic loops are not supported inside `nl.no_reorder()` (documented error)."""
+    if current().no_reorder:
+        raise fail("loop-illegal", f"{what} inside nl.no_reorder(): dynamic loops are not "
+                                   "supported in a no_reorder block "
+                                   "(nki/deep-dives/nki-dynamic-loops.rst:135-136, "
+                                   "nki/api/nki/language/__init__.py:2251-2252)")
 
 
 def program_id(axis: int = 0) -> int:
@@ -217,7 +231,13 @@ def program_ndim() -> int:
 
 @contextlib.contextmanager
 def no_reorder() -> Iterator[None]:
-    yield
+    # Program order is the simulator's order anyway; the depth refuses dynamic loops.
+    st = current()
+    st.no_reorder += 1
+    try:
+        yield
+    finally:
+        st.no_reorder -= 1
 
 
 def device_print(print_prefix: str, tensor: NkiTensor) -> None:

@@ -18,6 +18,7 @@ from nkibot.sim.engines import count, free_size, on_chip, read, read_native, wri
 from nkibot.sim.errors import fail
 from nkibot.sim.isa import rng as _rng
 from nkibot.sim.isa.registers import VirtualRegister
+from nkibot.sim.language.core import refuse_in_no_reorder
 from nkibot.sim.language.math import make_binary
 from nkibot.sim.tensor import MemoryRegion, NkiTensor
 
@@ -35,6 +36,7 @@ def _int(v: Any, what: str) -> int:
 
 def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int = 1) -> None:
     """for i in range(lower, upper, step): body_fun(i), i passed as a register by value."""
+    refuse_in_no_reorder("nl.fori_loop")
     if not isinstance(step, int) or step < 1:
         raise fail("unsupported", f"fori_loop: step {step!r} must be a positive int constant")
     for i in range(_int(lower, "fori_loop lower"), _int(upper, "fori_loop upper"), step):
@@ -43,6 +45,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int 
 
 def while_loop(init: Any, body_fun: Callable[[Any], Any]) -> None:
     """r = init; while r != 0: r = body_fun(r) (a register passed by value)."""
+    refuse_in_no_reorder("nl.while_loop")
     if not isinstance(init, VirtualRegister):
         raise fail("unsupported", "while_loop: init must be a register (nisa.register_alloc)")
     reg = VirtualRegister(init.register_value())
