@@ -116,10 +116,14 @@ def main() -> None:
 def _with_model(kernel: Any) -> Callable[..., Any]:
     """The kernel run with a cost-model recorder attached (numerics on)."""
     from nkibot.sim.cost import Recorder, target
+    from nkibot.sim.cost.report import build
     from nkibot.sim.runtime import run
 
     def go(*args: Any) -> Any:
-        return run(kernel.fn, args, {}, 1, cost=Recorder(target("trn1")))
+        rec = Recorder(target("trn1"))
+        out = run(kernel.fn, args, {}, 1, cost=rec)
+        build(rec, 0, cost_only=False)  # the report: every instruction placed
+        return out
 
     return go
 

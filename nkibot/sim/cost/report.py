@@ -94,6 +94,7 @@ def _critical(rec: Recorder) -> dict[str, float]:
 
 def build(rec: Recorder, hbm_bytes: int, cost_only: bool) -> CostReport:
     """The report of everything `rec` saw, with the roofline for `hbm_bytes` of I/O."""
+    rec.finish()
     t = rec.target
     mem_ns = hbm_bytes / (t.dma_queue_bw * t.dma_queues)
     flops = rec.flops["bf16"] + rec.flops["fp32"]

@@ -11,22 +11,25 @@ disjoint slices of one tile do not wait for each other. Allocations are never re
 from __future__ import annotations
 
 import ctypes
-import weakref
 from typing import Any
 
 import numpy as np
 
 from nkibot.sim.cost import constants as C
 from nkibot.sim.cost import model as M
-from nkibot.sim.cost.timeline import Timeline, earliest
+from nkibot.sim.cost.timeline import Pool, Timeline, earliest
 from nkibot.sim.cost.vectorize import Member, Vectorizer
 from nkibot.sim.storage import handle
 from nkibot.sim.tensor import MemoryRegion, NkiTensor
+
+ON_CHIP = M.ON_CHIP
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 _MAX_ENTRIES = 24
 _MAX_DMA_GAPS = 64
 Region = tuple[int, int, int, int]
+#: (entries of a tile, the region accessed, is_write)
+Access = tuple[list[list[Any]], Region, bool]
 
 
 class _ArrayInterface(ctypes.Structure):
@@ -53,29 +56,27 @@ def _address(arr: np.ndarray[Any, Any]) -> int:
 class _Tile:
     """What the recorder keeps per allocation: its base address and access entries."""
 
-    __slots__ = ("addr", "alloc", "entries", "on_chip", "row")
+    __slots__ = ("addr", "entries", "on_chip", "row")
 
-    def __init__(self, t: NkiTensor) -> None:
-        h = handle(t)
-        base = h.alloc.base
-        self.alloc = weakref.ref(h.alloc)
+    def __init__(self, base: np.ndarray[Any, Any], on_chip: bool) -> None:
         self.addr = _address(base)
         self.row = base.strides[0] if base.ndim else 0
-        self.on_chip = t.buffer in M.ON_CHIP
-        #: [p0, p1, b0, b1, is_write, end_ns, instruction index]
+        self.on_chip = on_chip
+        #: [p0, p1, b0, b1, is_write, end_ns, instruction index, (p0, p1, b0, b1)]
         self.entries: list[list[Any]] = []
 
-    def region(self, t: NkiTensor) -> Region:
-        """(p0, p1, b0, b1): partitions and bytes within a partition (HBM: one partition)."""
-        arr = handle(t).arr
+    def region(self, arr: np.ndarray[Any, Any]) -> Region:
+        """(p0, p1, b0, b1) of a view `arr` of this allocation: partitions and bytes within
+        a partition (HBM: one partition)."""
         off = _address(arr) - self.addr
         span = arr.itemsize
         shape, strides = arr.shape, arr.strides
         for i in range(1, len(shape)):
             span += (shape[i] - 1) * abs(strides[i])
         if self.on_chip:
-            if shape and self.row and strides[0] == self.row:
-                p0, b0 = divmod(off, self.row)
+            row = self.row
+            if shape and row and strides[0] == row:
+                p0, b0 = divmod(off, row)
                 return p0, p0 + shape[0], b0, b0 + span
             return 0, 1 << 30, 0, 1 << 62
         if shape:
@@ -93,10 +94,11 @@ class Recorder:
         self.lines = {r: Timeline() for r in (*ENGINES, "sbuf_port", "psum_port")}
         self.busy = dict.fromkeys((*ENGINES, "dma"), 0.0)
         self.count_by = dict.fromkeys((*ENGINES, "dma"), 0)
-        self.dma_busy: list[tuple[float, float]] = []  # sorted busy intervals of the pool
-        self.dma_floor = 0.0  # nothing is placed before this (older intervals dropped)
+        self.dma_pool = Pool(_MAX_DMA_GAPS)  # the 16 queues' busy time (timeline.Pool)
         self.last: dict[str, int] = {}
-        self.tiles: dict[int, _Tile] = {}
+        #: This recorder's current core: an allocation's and a view's cached records
+        #: (`Allocation.cost`, `Handle.cost`) are valid only for the core that made them.
+        self.core = object()
         self.path: list[tuple[str, float, float, int]] = []  # engine, start, end, pred
         self.makespan = 0.0
         self.dma_bytes = 0.0
@@ -109,6 +111,8 @@ class Recorder:
         self._reads: list[NkiTensor] = []
         self._writes: list[NkiTensor] = []
         self._pending: list[tuple[str, int]] = []
+        #: Instructions taken but not yet placed (`finish`): (engine, op, accesses, costs).
+        self._queue: list[tuple[str, str, list[list[Access]], tuple[Any, ...]]] = []
         self.vec = Vectorizer(self._issue, C.VECTORIZE_MAX_FREE, self.knobs.loop_vectorize)
 
     # ---- affine loops (the legacy compiler's loop vectorization, vectorize.py) --------
@@ -123,10 +127,11 @@ class Recorder:
 
     def next_core(self) -> None:
         """The next logical core (LNC2) starts at time 0 on its own engines and queues."""
+        self.finish()
         self.cores += 1
         self.lines = {r: Timeline() for r in self.lines}
-        self.dma_busy, self.dma_floor = [], 0.0
-        self.last, self.tiles = {}, {}
+        self.dma_pool = Pool(_MAX_DMA_GAPS)
+        self.last, self.core = {}, object()
 
     # ---- the hook ---------------------------------------------------------------------
     def begin(self, op: str, reads: list[NkiTensor], writes: list[NkiTensor]) -> None:
@@ -143,30 +148,70 @@ class Recorder:
             self.issue(engine, "setitem", [], [])
 
     def end(self, results: list[NkiTensor]) -> None:
-        writes = self._writes + [t for t in results if all(t is not w for w in self._writes)]
+        writes = self._writes  # the hook's own list: returned tiles join it
+        for t in results:
+            for w in writes:
+                if t is w:
+                    break
+            else:
+                writes = [*writes, t]
         for engine, _ in self._pending:
             self.issue(engine, self._op, self._reads, writes)
         self._pending = []
 
     # ---- scheduling -------------------------------------------------------------------
-    def _tile(self, t: NkiTensor) -> _Tile:
-        alloc = handle(t).alloc
-        got = self.tiles.get(id(alloc))
-        if got is None or got.alloc() is not alloc:
-            got = self.tiles[id(alloc)] = _Tile(t)
-        return got
+    def _access(self, reads: list[NkiTensor], writes: list[NkiTensor]) -> list[Access]:
+        """(entries of the tile, region, is_write) per operand.
 
-    def _access(self, reads: list[NkiTensor], writes: list[NkiTensor]
-                ) -> list[tuple[list[list[Any]], Region, bool]]:
+        A view's tile and region are fixed, so they are computed once per view and kept
+        in its handle (`Handle.cost`: this core's tile table, the tile's entries, the
+        region, the contiguous run); the hook is the model's hottest path.
+        """
         out = []
+        core = self.core
         for is_write, group in ((False, reads), (True, writes)):
             for t in group:
-                tile = self._tile(t)
-                out.append((tile.entries, tile.region(t), is_write))
+                h = handle(t)
+                geom = h.cost
+                if geom is None or geom[0] is not core:
+                    geom = h.cost = self._geometry(t, h)
+                out.append((geom[1], geom[2], is_write))
         return out
 
+    def _geometry(self, t: NkiTensor, h: Any) -> list[Any]:
+        """[this core, the tile's entries, the view's region, its contiguous run (0: not
+        computed yet), its `model.operand` facts (None: not yet)]."""
+        alloc = h.alloc
+        kept = alloc.cost  # (core, _Tile): the allocation's record on this core
+        if kept is None or kept[0] is not self.core:
+            kept = alloc.cost = (self.core, _Tile(alloc.base, t.buffer in ON_CHIP))
+        tile = kept[1]
+        return [self.core, tile.entries, tile.region(h.arr), 0, None]
+
     @staticmethod
-    def _ready(access: list[tuple[list[list[Any]], Region, bool]]) -> tuple[float, int]:
+    def _run(t: NkiTensor) -> int:
+        """The view's contiguous run, kept beside its region (0: not computed yet)."""
+        geom = handle(t).cost
+        if geom is None:
+            return M.contiguous_bytes(t)
+        if not geom[3]:
+            geom[3] = M.contiguous_bytes(t)
+        run: int = geom[3]
+        return run
+
+    @staticmethod
+    def _operand(t: NkiTensor) -> M.Operand:
+        """The view's `model.operand` facts, kept beside its region (None: not yet)."""
+        geom = handle(t).cost
+        if geom is None:
+            return M.operand(t)
+        if geom[4] is None:
+            geom[4] = M.operand(t)
+        got: M.Operand = geom[4]
+        return got
+
+    @staticmethod
+    def _ready(access: list[Access]) -> tuple[float, int]:
         ready, pred = 0.0, -1
         for entries, (p0, p1, b0, b1), is_write in access:
             for e in entries:
@@ -176,20 +221,25 @@ class Recorder:
         return ready, pred
 
     @staticmethod
-    def _record(access: list[tuple[list[list[Any]], Region, bool]], end: float,
-                idx: int) -> None:
+    def _record(access: list[Access], end: float, idx: int) -> None:
+        """Entries: [p0, p1, b0, b1, is_write, end, instruction, region]."""
         for entries, r, is_write in access:
             if is_write:
-                entries[:] = [e for e in entries if not (r[0] <= e[0] and e[1] <= r[1]
-                                                         and r[2] <= e[2] and e[3] <= r[3])]
+                q0, q1, c0, c1 = r
+                entries[:] = [e for e in entries
+                              if not (q0 <= e[0] and e[1] <= q1 and c0 <= e[2] and e[3] <= c1)]
             else:
-                same = next((e for e in entries if not e[4] and e[0] == r[0] and e[1] == r[1]
-                             and e[2] == r[2] and e[3] == r[3]), None)
-                if same is not None:  # a tile read again: one entry, the latest reader
-                    if end > same[5]:
-                        same[5], same[6] = end, idx
-                    continue
-            entries.append([*r, is_write, end, idx])
+                for e in entries:
+                    if not e[4] and e[7] == r:  # a tile read again: one entry, the latest
+                        if end > e[5]:
+                            e[5], e[6] = end, idx
+                        break
+                else:
+                    entries.append([*r, False, end, idx, r])
+                    if len(entries) > _MAX_ENTRIES:
+                        del entries[: _MAX_ENTRIES // 2]
+                continue
+            entries.append([*r, True, end, idx, r])
             if len(entries) > _MAX_ENTRIES:
                 del entries[: _MAX_ENTRIES // 2]
 
@@ -203,16 +253,48 @@ class Recorder:
         self._issue(engine, op, [(reads, writes)])
 
     def _issue(self, engine: str, op: str, members: list[Member]) -> None:
-        """Place one instruction covering `members` (several: a vectorised loop body)."""
-        accesses = [self._access(r, w) for r, w in members]
-        # the latest-ready member sets the start (the first of equals, as program order)
-        ready, pred = max((self._ready(a) for a in accesses), key=lambda rp: rp[0])
+        """Take one instruction covering `members` (several: a vectorised loop body).
+
+        What it needs of its tensors (regions, sizes, costs) is read now; placing it on
+        the timelines waits for `finish` (the queue is placed in program order, so the
+        result is the same), which keeps the simulator's own work and the scheduling
+        apart: the per-instruction cost is then a fraction of what it was interleaved.
+        """
         reads, writes = members[0]
-        if engine == "dma":
-            start, end = self._dma(ready, reads, writes)
+        if len(members) == 1:
+            accesses = [self._access(reads, writes)]
         else:
-            start, end, pred = self._compute(engine, op, ready, pred, reads, writes,
-                                             len(members))
+            accesses = [self._access(r, w) for r, w in members]
+        t = self.target
+        if engine == "dma":
+            info: tuple[Any, ...] = M.dma(t, reads, writes, self.knobs, self._run)
+        elif engine == "tensor":
+            info = M.matmul(t, reads, writes, op)
+        else:
+            op_of = self._operand
+            info = (M.elementwise_of(t, engine, [op_of(x) for x in reads if x.buffer in ON_CHIP],
+                                     [op_of(x) for x in writes if x.buffer in ON_CHIP],
+                                     self.knobs, len(members)),
+                    self._ports(engine, reads + writes))
+        self._queue.append((engine, op, accesses, info))
+
+    def finish(self) -> None:
+        """Place every instruction taken since the last call, in program order."""
+        queue, self._queue = self._queue, []
+        for engine, op, accesses, info in queue:
+            self._place(engine, op, accesses, info)
+
+    def _place(self, engine: str, op: str, accesses: list[list[Access]],
+               info: tuple[Any, ...]) -> None:
+        if len(accesses) == 1:
+            ready, pred = self._ready(accesses[0])
+        else:
+            # the latest-ready member sets the start (the first of equals, as program order)
+            ready, pred = max((self._ready(a) for a in accesses), key=lambda rp: rp[0])
+        if engine == "dma":
+            start, end = self._dma(ready, info[0], info[1], info[2])
+        else:
+            start, end, pred = self._compute(engine, op, ready, pred, info)
         idx = len(self.path)
         self.path.append((engine, start, end, pred))
         for a in accesses:
@@ -220,16 +302,15 @@ class Recorder:
         if end > self.makespan:
             self.makespan = end
 
-    def _compute(self, engine: str, op: str, ready: float, pred: int, reads: list[NkiTensor],
-                 writes: list[NkiTensor], scale: int = 1) -> tuple[float, float, int]:
+    def _compute(self, engine: str, op: str, ready: float, pred: int,
+                 info: tuple[Any, ...]) -> tuple[float, float, int]:
         t = self.target
         if engine == "tensor":
-            dur, flops, fp32 = M.matmul(t, reads, writes, op)
+            dur, flops, fp32 = info
             self.flops["fp32" if fp32 else "bf16"] += flops
             ports: tuple[str, ...] = ()
         else:
-            dur = M.elementwise(t, engine, reads, writes, self.knobs, scale)
-            ports = self._ports(engine, reads + writes)
+            dur, ports = info
         prev = self.last.get(engine, -1)
         if prev >= 0 and pred == prev and engine != "tensor":
             ghz = {"vector": t.vector_ghz, "scalar": t.scalar_ghz}.get(engine, t.gpsimd_ghz)
@@ -263,35 +344,11 @@ class Recorder:
             return ("psum_port",)  # ARCH1:765 VectorE and ScalarE cannot access PSUM together
         return ()
 
-    def _dma_slot(self, ready: float, length: float) -> float:
-        """The earliest gap of `length` at or after `ready` in the DMA queues' busy time.
-
-        The 16 queues are one pool (a transfer spreads over min(P, 16) of them, taking
-        that share of the pool). A transfer may fill a gap left before a later-issued
-        one: the compiler orders independent DMAs of an affine loop freely.
-        """
-        busy = self.dma_busy
-        slot = max(ready, self.dma_floor)
-        at = len(busy)
-        for i, (s, e) in enumerate(busy):
-            if slot + length <= s:
-                at = i
-                break
-            if e > slot:
-                slot = e
-        busy.insert(at, (slot, slot + length))
-        if len(busy) > _MAX_DMA_GAPS:
-            self.dma_floor = max(self.dma_floor, busy[_MAX_DMA_GAPS // 2 - 1][1])
-            del busy[: _MAX_DMA_GAPS // 2]
-        return slot
-
-    def _dma(self, ready: float, reads: list[NkiTensor],
-             writes: list[NkiTensor]) -> tuple[float, float]:
+    def _dma(self, ready: float, nbytes: float, lanes: int, run: int) -> tuple[float, float]:
         t, k = self.target, self.knobs
-        nbytes, lanes, run = M.dma(t, reads, writes, k)
         per = M.dma_queue_ns(t, nbytes / lanes, run, k)
         occupancy = per * lanes / t.dma_queues
-        start = self._dma_slot(ready, occupancy)
+        start = self.dma_pool.place(ready, occupancy)
         end = max(start + occupancy, ready + per)
         self.busy["dma"] += per * lanes / t.dma_queues
         self.count_by["dma"] += 1
