@@ -33,6 +33,9 @@ class Knobs:
     #: An instruction whose tiles are ready may take a gap its engine left idle before a
     #: later-issued one (the compiler schedules independent iterations, timeline.py).
     fill_gaps: bool = True
+    #: Remove instructions whose results are never read (deadcode.py), as the Neuron
+    #: graph compiler did for legacy (NKI 1) kernels; off for today's NKI compiler.
+    dead_code: bool = False
     #: False: no SBUF/PSUM capacity check (a kernel its compiler had to spill still gets
     #: an estimate, without the spill traffic; the calibration bench labels such rows).
     check_capacity: bool = True

@@ -17,6 +17,7 @@ import numpy as np
 
 from nkibot.sim.cost import constants as C
 from nkibot.sim.cost import model as M
+from nkibot.sim.cost.deadcode import Item, live
 from nkibot.sim.cost.timeline import Pool, Timeline, earliest
 from nkibot.sim.cost.vectorize import Member, Vectorizer
 from nkibot.sim.storage import handle
@@ -28,8 +29,8 @@ ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 _MAX_ENTRIES = 24
 _MAX_DMA_GAPS = 64
 Region = tuple[int, int, int, int]
-#: (entries of a tile, the region accessed, is_write)
-Access = tuple[list[list[Any]], Region, bool]
+#: (entries of a tile, the region accessed, is_write, the tile is on chip)
+Access = tuple[list[list[Any]], Region, bool, bool]
 
 
 class _ArrayInterface(ctypes.Structure):
@@ -101,6 +102,8 @@ class Recorder:
         self.core = object()
         self.path: list[tuple[str, float, float, int]] = []  # engine, start, end, pred
         self.makespan = 0.0
+        #: Instructions removed as dead code (`Knobs.dead_code`, deadcode.py).
+        self.eliminated = 0
         self.dma_bytes = 0.0
         self.dma_transfers = 0
         self.dma_ideal_ns = 0.0
@@ -111,8 +114,10 @@ class Recorder:
         self._reads: list[NkiTensor] = []
         self._writes: list[NkiTensor] = []
         self._pending: list[tuple[str, int]] = []
-        #: Instructions taken but not yet placed (`finish`): (engine, op, accesses, costs).
-        self._queue: list[tuple[str, str, list[list[Access]], tuple[Any, ...]]] = []
+        #: Instructions taken but not yet placed (`finish`): (engine, op, accesses, costs,
+        #: never dead code).
+        self._queue: list[Item] = []
+        self._stateful = False
         self.vec = Vectorizer(self._issue, C.VECTORIZE_MAX_FREE, self.knobs.loop_vectorize)
 
     # ---- affine loops (the legacy compiler's loop vectorization, vectorize.py) --------
@@ -134,18 +139,22 @@ class Recorder:
         self.last, self.core = {}, object()
 
     # ---- the hook ---------------------------------------------------------------------
-    def begin(self, op: str, reads: list[NkiTensor], writes: list[NkiTensor]) -> None:
+    def begin(self, op: str, reads: list[NkiTensor], writes: list[NkiTensor],
+              stateful: bool = False) -> None:
+        """An instruction starts; `stateful`: it also reads or writes state the hook does
+        not see as tiles (accumulation registers, RNG), so it is never dead code."""
         self.depth += 1
         self._op = op
         self._reads = reads
         self._writes = writes
+        self._stateful = stateful
         self._pending = []
 
     def count(self, engine: str, elements: int) -> None:
         if self.depth:
             self._pending.append((engine, elements))
         else:  # an instruction outside any traced call (tile[...] = x): no operands
-            self.issue(engine, "setitem", [], [])
+            self.issue(engine, "unknown", [], [], stateful=True)
 
     def end(self, results: list[NkiTensor]) -> None:
         writes = self._writes  # the hook's own list: returned tiles join it
@@ -156,12 +165,12 @@ class Recorder:
             else:
                 writes = [*writes, t]
         for engine, _ in self._pending:
-            self.issue(engine, self._op, self._reads, writes)
+            self.issue(engine, self._op, self._reads, writes, self._stateful)
         self._pending = []
 
     # ---- scheduling -------------------------------------------------------------------
     def _access(self, reads: list[NkiTensor], writes: list[NkiTensor]) -> list[Access]:
-        """(entries of the tile, region, is_write) per operand.
+        """(entries of the tile, region, is_write, on chip) per operand.
 
         A view's tile and region are fixed, so they are computed once per view and kept
         in its handle (`Handle.cost`: this core's tile table, the tile's entries, the
@@ -175,18 +184,18 @@ class Recorder:
                 geom = h.cost
                 if geom is None or geom[0] is not core:
                     geom = h.cost = self._geometry(t, h)
-                out.append((geom[1], geom[2], is_write))
+                out.append((geom[1], geom[2], is_write, geom[5]))
         return out
 
     def _geometry(self, t: NkiTensor, h: Any) -> list[Any]:
         """[this core, the tile's entries, the view's region, its contiguous run (0: not
-        computed yet), its `model.operand` facts (None: not yet)]."""
+        computed yet), its `model.operand` facts (None: not yet), on chip]."""
         alloc = h.alloc
         kept = alloc.cost  # (core, _Tile): the allocation's record on this core
         if kept is None or kept[0] is not self.core:
             kept = alloc.cost = (self.core, _Tile(alloc.base, t.buffer in ON_CHIP))
         tile = kept[1]
-        return [self.core, tile.entries, tile.region(h.arr), 0, None]
+        return [self.core, tile.entries, tile.region(h.arr), 0, None, tile.on_chip]
 
     @staticmethod
     def _run(t: NkiTensor) -> int:
@@ -213,7 +222,7 @@ class Recorder:
     @staticmethod
     def _ready(access: list[Access]) -> tuple[float, int]:
         ready, pred = 0.0, -1
-        for entries, (p0, p1, b0, b1), is_write in access:
+        for entries, (p0, p1, b0, b1), is_write, _ in access:
             for e in entries:
                 if (e[5] > ready and (is_write or e[4]) and e[0] < p1 and p0 < e[1]
                         and e[2] < b1 and b0 < e[3]):
@@ -223,7 +232,7 @@ class Recorder:
     @staticmethod
     def _record(access: list[Access], end: float, idx: int) -> None:
         """Entries: [p0, p1, b0, b1, is_write, end, instruction, region]."""
-        for entries, r, is_write in access:
+        for entries, r, is_write, _ in access:
             if is_write:
                 q0, q1, c0, c1 = r
                 entries[:] = [e for e in entries
@@ -244,15 +253,15 @@ class Recorder:
                 del entries[: _MAX_ENTRIES // 2]
 
     def issue(self, engine: str, op: str, reads: list[NkiTensor],
-              writes: list[NkiTensor]) -> None:
+              writes: list[NkiTensor], stateful: bool = False) -> None:
         if (op == "broadcast_to" and reads and writes
                 and writes[0].shape[0] > reads[0].shape[0]):
             engine = "tensor"  # ARCH1:201-203: NKI broadcasts partitions with a matmul
-        if self.vec.frames and self.vec.offer(engine, op, reads, writes):
+        if self.vec.frames and self.vec.offer(engine, op, reads, writes, pure=not stateful):
             return  # buffered by an affine loop that may be vectorised
-        self._issue(engine, op, [(reads, writes)])
+        self._issue(engine, op, [(reads, writes)], stateful)
 
-    def _issue(self, engine: str, op: str, members: list[Member]) -> None:
+    def _issue(self, engine: str, op: str, members: list[Member], keep: bool = False) -> None:
         """Take one instruction covering `members` (several: a vectorised loop body).
 
         What it needs of its tensors (regions, sizes, costs) is read now; placing it on
@@ -276,12 +285,16 @@ class Recorder:
                                      [op_of(x) for x in writes if x.buffer in ON_CHIP],
                                      self.knobs, len(members)),
                     self._ports(engine, reads + writes))
-        self._queue.append((engine, op, accesses, info))
+        self._queue.append((engine, op, accesses, info, keep))
 
     def finish(self) -> None:
         """Place every instruction taken since the last call, in program order."""
         queue, self._queue = self._queue, []
-        for engine, op, accesses, info in queue:
+        if self.knobs.dead_code:
+            kept = live(queue)
+            self.eliminated += len(queue) - len(kept)
+            queue = kept
+        for engine, op, accesses, info, _ in queue:
             self._place(engine, op, accesses, info)
 
     def _place(self, engine: str, op: str, accesses: list[list[Access]],
