@@ -95,6 +95,19 @@ def elementwise(target: C.Target, engine: str, reads: list[NkiTensor],
 def elementwise_of(target: C.Target, engine: str, ins: list[Operand], outs: list[Operand],
                    knobs: Knobs, scale: int = 1) -> float:
     """`elementwise` from the on-chip operands' `operand` facts (read, then written)."""
+    return elementwise_parts(target, engine, ins, outs, knobs, scale)[0]
+
+
+def elementwise_parts(target: C.Target, engine: str, ins: list[Operand], outs: list[Operand],
+                      knobs: Knobs, scale: int = 1) -> tuple[float, float, float]:
+    """(ns, streaming ns, ns of the dependent overhead) of one instruction.
+
+    ns: the streaming time (N cycles a pass) but at least the ~60-cycle access overhead,
+    which the engines hide behind independent work (ARCH1:774-775). An instruction that
+    reads what the engine's previous one wrote costs the streaming time plus the static
+    overhead ARCH1:403 adds "to the above execution cost estimate" (the N / 2N cycles of
+    ARCH1:393-395): the scheduler uses max(ns, streaming + dependent) for it.
+    """
     both = ins + outs
     n = max((f for f, _, _ in both), default=1) * scale
     # ARCH1:393-395: one input tile about N cycles, two input tiles about 2N (VectorE);
@@ -111,7 +124,7 @@ def elementwise_of(target: C.Target, engine: str, ins: list[Operand], outs: list
     cycles = passes * n / lanes
     if any(s for _, _, s in both):
         cycles *= C.STRIDE_PENALTY
-    return max(cycles, knobs.access_overhead) / ghz
+    return max(cycles, knobs.access_overhead) / ghz, cycles / ghz, knobs.dependent_overhead / ghz
 
 
 def contiguous_bytes(t: NkiTensor) -> int:

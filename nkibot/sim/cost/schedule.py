@@ -281,9 +281,10 @@ class Recorder:
             info = M.matmul(t, reads, writes, op)
         else:
             op_of = self._operand
-            info = (M.elementwise_of(t, engine, [op_of(x) for x in reads if x.buffer in ON_CHIP],
-                                     [op_of(x) for x in writes if x.buffer in ON_CHIP],
-                                     self.knobs, len(members)),
+            info = (*M.elementwise_parts(t, engine,
+                                         [op_of(x) for x in reads if x.buffer in ON_CHIP],
+                                         [op_of(x) for x in writes if x.buffer in ON_CHIP],
+                                         self.knobs, len(members)),
                     self._ports(engine, reads + writes))
         self._queue.append((engine, op, accesses, info, keep))
 
@@ -317,17 +318,17 @@ class Recorder:
 
     def _compute(self, engine: str, op: str, ready: float, pred: int,
                  info: tuple[Any, ...]) -> tuple[float, float, int]:
-        t = self.target
         if engine == "tensor":
             dur, flops, fp32 = info
             self.flops["fp32" if fp32 else "bf16"] += flops
             ports: tuple[str, ...] = ()
         else:
-            dur, ports = info
+            dur, streaming, dependent, ports = info
         prev = self.last.get(engine, -1)
         if prev >= 0 and pred == prev and engine != "tensor":
-            ghz = {"vector": t.vector_ghz, "scalar": t.scalar_ghz}.get(engine, t.gpsimd_ghz)
-            dur += self.knobs.dependent_overhead / ghz  # ARCH1:403: no back-to-back overlap
+            # ARCH1:403: no back-to-back overlap; the static overhead is added to the
+            # streaming estimate, not to the access minimum as well (model.elementwise_parts)
+            dur = max(dur, streaming + dependent)
         lines = [self.lines[r] for r in (engine, *ports)]
         if not self.knobs.fill_gaps:  # strict program order per engine
             ready = max(ready, max(tl.last_end for tl in lines))

@@ -170,3 +170,16 @@ def register_sum(x):
                     reduce_cmd=nisa.reduce_cmd.reduce, reduce_res=total)
     nl.store(out, value=total)
     return out
+
+
+@nki.jit
+def dependent_pair(x):
+    """Two VectorE ops back to back, the second reading what the first wrote."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=a, data=t, op0=nl.multiply, operand0=2.0)
+    b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=b, data=a, op0=nl.add, operand0=1.0)
+    nl.store(out, value=b)
+    return out
