@@ -139,12 +139,14 @@ def _evaluate(folder: Path, only: list[str], fixed: dict[str, list[str]], compil
     runnable = {c: chain_in_order([r for r in rs if r["predicted_us"] is not None])
                 for c, rs in chains.items()}
     within = sum(1 for r in rows if r["ratio"] is not None and 0.5 <= r["ratio"] <= 2.0)
+    targets = sorted({p.get("target", "trn1") for p in points if not only or p["id"] in only})
     summary = {"points": len(rows), "within_2x": within,
                "not_runnable": sum(1 for r in rows if r["not_runnable"]),
                "port_fixed": sum(1 for r in rows if r["port_fix"]),
                "chains": len(chains), "chains_in_order": sum(in_order.values()),
                "chain_order": in_order, "chain_order_of_runnable": runnable,
-               "label": "model estimate (trn1), not a measurement; measured: published p99"}
+               "label": f"model estimate ({', '.join(targets)}), not a measurement; "
+                        "measured: each point's `statistic`"}
     return rows, summary
 
 
