@@ -1,12 +1,13 @@
 """Simulator speed: each conformance kernel on the NKI CPU simulator vs its NumPy reference.
 
 Run: `python bench/sim_speed.py [--reps 3] [--small] [--threads 1] [--cost-model]`. Prints
-best-of-reps seconds for the simulator and the reference, their ratio, and the geometric
-mean of the ratios (target: <= 3x). `--cost-model` also times each kernel with the cost
-model recording (full numerics, as a verify run with the model on, its report built) and
-prints the overhead (target: <= 25%); plain and costed runs alternate. Both sides run in
-this one process with the same BLAS thread count (threadpoolctl; the OpenBLAS environment
-variables are left alone).
+best-of-reps CPU seconds of this process (on a shared host, wall-clock time also counts other
+processes' turns; with one BLAS thread, CPU time is the run's own work) for the simulator
+and the reference, their ratio, and the geometric mean of the ratios (target: <= 3x).
+`--cost-model` also times each kernel with the cost model recording (full numerics, as a
+verify run with the model on, its report built) and prints the overhead (target: <= 25%);
+plain and costed runs alternate. Both sides run in this one process with the same BLAS
+thread count (threadpoolctl; the OpenBLAS environment variables are left alone).
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ def cases(small: bool) -> list[tuple[str, Callable[..., Any], tuple[Any, ...]]]:
 def best_of(reps: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[float, Any]:
     best, out = math.inf, None
     for _ in range(reps):
-        start = time.perf_counter()
+        start = time.process_time()
         out = fn(*args)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
     return best, out
 
 
@@ -86,9 +87,9 @@ def interleaved(reps: int, plain: Callable[..., Any], costed: Callable[..., Any]
     out = None
     for i in range(reps):
         for which in ((0, 1) if i % 2 == 0 else (1, 0)):
-            start = time.perf_counter()
+            start = time.process_time()
             got = (plain if which == 0 else costed)(*args)
-            took = time.perf_counter() - start
+            took = time.process_time() - start
             if which == 0:
                 best_plain, out = min(best_plain, took), got
             else:
