@@ -1,12 +1,14 @@
 """Judge the cost model against published hardware measurements.
 
-Run: `python bench/perf_calibration.py DIR [--json] [--only ID ...] [--no-port-fixes]`, DIR in
-the format of `shared/perf-calibration/` (points.json + kernels/). The port fixes of
-`bench/perf_calibration_ports.py` are applied to a temporary copy of DIR first (DIR itself is
-never written); rows that ran with one say so (`port_fix`). For each point the model is
-evaluated at the published shapes in cost-only mode (no matmul arithmetic) and the
-predicted time is printed beside the measured one. Within every chain the predicted
-order must match the measured one; measured differences under 5% are ties.
+Run: `python bench/perf_calibration.py DIR [--json] [--only ID ...] [--no-port-fixes]
+[--sdk PATH]`, DIR in the format of `shared/perf-calibration/` (points.json + kernels/); a
+point with `"kernel_root": "sdk"` takes its kernel from a Neuron SDK checkout at PATH
+(bench/perf_calibration_sources.py; bench/calibration/sdk-tutorials/ holds such points).
+The port fixes of `bench/perf_calibration_ports.py` are applied to a temporary copy of DIR
+first (DIR itself is never written); rows that ran with one say so (`port_fix`). For each
+point the model is evaluated at the published shapes in cost-only mode (no matmul
+arithmetic) and the predicted time is printed beside the measured one. Within every chain
+the predicted order must match the measured one; measured differences under 5% are ties.
 Exit 0 only when every point ran, every point is within 2x, and every chain is in order.
 A kernel the simulator cannot run is reported as not runnable, with the reason; it is
 never given a prediction. `--json`: one object per line per point, then the summary.
@@ -26,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import perf_calibration_ports as ports  # bench/ is not a package
+import perf_calibration_sources as sources
 
 from nkibot.sim import activate
 from nkibot.sim.cost import Knobs, estimate
@@ -40,16 +43,27 @@ def _kwargs(raw: dict[str, Any]) -> dict[str, Any]:
             if isinstance(v, list) else v for k, v in raw.items()}
 
 
-def predict(folder: Path, point: dict[str, Any], compiler: str = "legacy"
-            ) -> tuple[float | None, str]:
+def predict(folder: Path, point: dict[str, Any], compiler: str = "legacy",
+            sdk: Path | None = None) -> tuple[float | None, str]:
     """(predicted µs, a note or "") or (None, why it could not run).
 
     `compiler`: what compiled the measured kernel when the point does not say
-    (`"compiler"` field): "legacy" (neuronxcc's NKI 1, which vectorised affine loops)
-    or "current".
+    (`"compiler"` field): "legacy" (neuronxcc's NKI 1, which vectorised affine loops and
+    removed dead code: Knobs.loop_vectorize, Knobs.dead_code) or "current".
+    `sdk`: a Neuron SDK checkout, for points whose kernel is in its documentation
+    (perf_calibration_sources.py).
     """
-    knobs = Knobs(loop_vectorize=point.get("compiler", compiler) == "legacy")
-    path = folder / point["kernel_file"]
+    with tempfile.TemporaryDirectory(prefix="perf-calibration-src-") as work:
+        try:
+            path = sources.kernel_path(folder, point, sdk, Path(work))
+        except sources.SourceError as exc:
+            return None, f"SourceError: {exc}"
+        return _predict(path, point, compiler)
+
+
+def _predict(path: Path, point: dict[str, Any], compiler: str) -> tuple[float | None, str]:
+    legacy = point.get("compiler", compiler) == "legacy"
+    knobs = Knobs(loop_vectorize=legacy, dead_code=legacy)
     spec = importlib.util.spec_from_file_location(point["id"].replace("-", "_"), path)
     if spec is None or spec.loader is None:
         return None, f"cannot load {path}"
@@ -89,25 +103,25 @@ def chain_in_order(rows: list[dict[str, Any]]) -> bool:
     return True
 
 
-def evaluate(folder: Path, only: list[str], port_fixes: bool = True, compiler: str = "legacy"
-             ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def evaluate(folder: Path, only: list[str], port_fixes: bool = True, compiler: str = "legacy",
+             sdk: Path | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every point of `folder`, with the port fixes applied to a copy unless told not to."""
     if not port_fixes:
-        return _evaluate(folder, only, {}, compiler)
+        return _evaluate(folder, only, {}, compiler, sdk)
     with tempfile.TemporaryDirectory(prefix="perf-calibration-") as tmp:
         used = ports.patched_copy(folder, Path(tmp))
-        return _evaluate(Path(tmp), only, used, compiler)
+        return _evaluate(Path(tmp), only, used, compiler, sdk)
 
 
-def _evaluate(folder: Path, only: list[str], fixed: dict[str, list[str]], compiler: str
-              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _evaluate(folder: Path, only: list[str], fixed: dict[str, list[str]], compiler: str,
+              sdk: Path | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     points = json.loads((folder / "points.json").read_text())
     rows = []
     for p in points:
         if only and p["id"] not in only:
             continue
         t0 = time.perf_counter()
-        pred, why = predict(folder, p, compiler)
+        pred, why = predict(folder, p, compiler, sdk)
         ratio = pred / p["measured_us"] if pred is not None else None
         rows.append({"id": p["id"], "chain": p["chain"], "order": p["order"],
                      "predicted_us": None if pred is None else round(pred, 1),
@@ -125,12 +139,14 @@ def _evaluate(folder: Path, only: list[str], fixed: dict[str, list[str]], compil
     runnable = {c: chain_in_order([r for r in rs if r["predicted_us"] is not None])
                 for c, rs in chains.items()}
     within = sum(1 for r in rows if r["ratio"] is not None and 0.5 <= r["ratio"] <= 2.0)
+    targets = sorted({p.get("target", "trn1") for p in points if not only or p["id"] in only})
     summary = {"points": len(rows), "within_2x": within,
                "not_runnable": sum(1 for r in rows if r["not_runnable"]),
                "port_fixed": sum(1 for r in rows if r["port_fix"]),
                "chains": len(chains), "chains_in_order": sum(in_order.values()),
                "chain_order": in_order, "chain_order_of_runnable": runnable,
-               "label": "model estimate (trn1), not a measurement; measured: published p99"}
+               "label": f"model estimate ({', '.join(targets)}), not a measurement; "
+                        "measured: each point's `statistic`"}
     return rows, summary
 
 
@@ -144,13 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compiler", choices=("legacy", "current"), default="legacy",
                     help="what compiled the measured kernels, for points that do not say "
                          "(default legacy: the shared folder's autocomp points are NKI 1)")
+    ap.add_argument("--sdk", type=Path, default=None,
+                    help="a Neuron SDK checkout (aws-neuron/aws-neuron-sdk), for points whose "
+                         "kernel is in its documentation (\"kernel_root\": \"sdk\")")
     args = ap.parse_args(argv)
     if not (args.folder / "points.json").is_file():
         print(f"{args.folder}: no points.json here; pass a folder like shared/perf-calibration",
               file=sys.stderr)
         return 2
     rows, summary = evaluate(args.folder, args.only, not args.no_port_fixes,
-                             args.compiler)
+                             args.compiler, args.sdk)
     if args.json:
         for r in rows:
             print(json.dumps({k: r[k] for k in ("id", "predicted_us", "measured_us", "ratio",

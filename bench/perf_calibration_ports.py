@@ -68,11 +68,57 @@ _CONV4 = [
         "tail store over a reshaped HBM view (legacy index grid removed)"),
 ]
 
+# conv1d 0-2: the image and filter prefetches and (0-1) the output store were written over
+# legacy `nl.arange` index grids (`_create_indices`). The same accesses as slices, in the
+# form the mechanical port gave conv1d 3-6 (`[0:C, W_padding_l:W_padding_l + W]`,
+# `[0:C, 0:H_f * (W_f - 1) + 1:H_f]`): grid i_cin = c_tile * 128 + arange(C) is the slice
+# c_tile * 128:c_tile * 128 + C, grid i_w * H_f + i_h the stride-H_f slice from i_h.
+_CONV_PREFETCH = [
+    Fix(r"i_cin_tile, i_w = _create_indices\(C_TILE_SIZE, W\)\n\s*i_cin = i_cin_tile \+ "
+        r"c_tile \* 128\n(\s*)i_h = 0\n\s*i_image = W_padding_l \+ i_w\n\s*"
+        r"nisa\.dma_copy\(dst=img_local_prefetch_raw\[i_n\]\[c_tile\]\[i_cin_tile, i_image\], "
+        r"src=img_ref\[i_n, i_cin, i_h, i_w\]\)",
+        r"i_h = 0\n\1nisa.dma_copy(dst=img_local_prefetch_raw[i_n][c_tile][0:C_TILE_SIZE, "
+        r"W_padding_l:W_padding_l + W], src=img_ref[i_n, c_tile * 128:c_tile * 128 + "
+        r"C_TILE_SIZE, i_h, 0:W])", 1,
+        "image prefetch as slices (legacy nl.arange index grid removed)"),
+    Fix(r"i_cin_tile, i_w = _create_indices\(C_TILE_SIZE, W_f\)\n\s*i_cin = i_cin_tile \+ "
+        r"c_tile \* 128\n(\s*)i_h = 0\n\s*nisa\.dma_copy\(dst=filter_local\[c_tile\]"
+        r"\[i_cin_tile, i_w \* H_f \+ i_h\], src=filter_ref\[i_cin, i_h, i_h, i_w\]\)",
+        r"i_h = 0\n\1nisa.dma_copy(dst=filter_local[c_tile][0:C_TILE_SIZE, "
+        r"i_h:i_h + H_f * (W_f - 1) + 1:H_f], src=filter_ref[c_tile * 128:c_tile * 128 + "
+        r"C_TILE_SIZE, i_h, i_h, 0:W_f])", 1,
+        "filter prefetch as slices (legacy nl.arange index grid removed)"),
+]
+# conv1d 0-1 store: out_hbm[n, c_out, i_k0, i_k1] <- out_sb[n, c_tile, i_cout, i_out] with
+# i_out = i_k1 * K0 + i_k0 over grids; K0 == 1 at these shapes (H == H_f == 1, the kernel's
+# own comment), so i_out = i_k1 and the store is one [C, K1] block (asserted in the copy).
+# The channel mask never masks (C_out a multiple of 128), as in conv1d 3-4.
+_CONV_STORE01 = Fix(
+    r"i_cout, i_k0, i_k1 = _create_indices\(C_TILE_SIZE, K0, K1\)\n\s*c_out = .*\n\s*"
+    r"i_out = .*\n\s*mask = .*\n\s*# PORT-TODO: mask form: mask\n(\s*)nl\.store\(\n\s*"
+    r"out_hbm\[n, c_out, i_k0, i_k1\],\n(\s*)out_sb\[n, c_tile, i_cout, i_out\],\n\s*"
+    r"mask=mask\n",
+    r"assert K0 == 1  # nkibot port fix: i_out == i_k1 only when K0 == 1\n\1nl.store(\n\2"
+    r"out_hbm[n, c_tile * C_TILE_SIZE:(c_tile + 1) * C_TILE_SIZE].reshape((C_TILE_SIZE, "
+    r"K0 * K1)),\n\2out_sb[n][c_tile][0:C_TILE_SIZE, 0:out_image_size],\n", 1,
+    "output store as one [C, K1] block over a reshaped HBM view (legacy index grid "
+    "removed; K0 == 1 asserted)")
+# conv1d 2 store: the aggregated store over flattened grids, as conv1d 3 (_CONV3).
+_CONV_STORE2 = Fix(
+    r"nl\.store\(out_hbm\[n, chan_idx, k0, k1\], sbuf_block, mask=pred\)",
+    r"nl.store(out_hbm[n, base_chan:base_chan + C_TILE_SIZE].reshape((C_TILE_SIZE, "
+    r"K0 * K1)), sbuf_block)", 1,
+    "flattened output store over a reshaped HBM view (legacy index grid removed)")
+
 FIXES: dict[str, list[Fix]] = {
     "kernels/autocomp_mamba_step6.py": [_MAMBA_BCAST],
     "kernels/autocomp_mamba_step7.py": [_MAMBA_BCAST],
     "kernels/autocomp_sdattn_step3.py": _SDATTN_TRANSPOSE,
     "kernels/autocomp_sdattn_step4.py": _SDATTN_TRANSPOSE,
+    "kernels/autocomp_conv1d_step0.py": [*_CONV_PREFETCH, _CONV_STORE01],
+    "kernels/autocomp_conv1d_step1.py": [*_CONV_PREFETCH, _CONV_STORE01],
+    "kernels/autocomp_conv1d_step2.py": [*_CONV_PREFETCH, _CONV_STORE2],
     "kernels/autocomp_conv1d_step3.py": _CONV3,
     "kernels/autocomp_conv1d_step4.py": _CONV4,
 }

@@ -190,7 +190,24 @@ def scalar_operand(v: Any, data: Stored, op: str, role: str) -> Any:
 
 
 def assign(dst: Stored, value: Any) -> None:
-    """`tile[...] = value`: an on-chip copy (or fill from a scalar) on the Vector engine."""
+    """`tile[...] = value`: an on-chip copy (or fill from a scalar) on the Vector engine.
+
+    No traced `nki` function runs it, so it tells the cost recorder its operands itself
+    (as the issue hook does for the others), so readers of `dst` wait for it.
+    """
+    rec = current().cost
+    if rec is None or rec.depth:
+        _assign(dst, value)
+        return
+    rec.begin("setitem", [value] if isinstance(value, Stored) else [], [dst])
+    try:
+        _assign(dst, value)
+    finally:
+        rec.depth -= 1
+    rec.end([])
+
+
+def _assign(dst: Stored, value: Any) -> None:
     on_chip(dst, "setitem", "dst")
     if isinstance(value, Stored):
         on_chip(value, "setitem", "value")

@@ -28,6 +28,10 @@ _NOT_INSTRUCTIONS = frozenset({
 })
 
 
+#: Instructions that keep state the hook does not see as tiles.
+_STATEFUL = ("rand", "random", "set_rng", "register", "dropout")
+
+
 def _written(param: str) -> bool:
     return param.startswith(_WRITTEN)
 
@@ -48,6 +52,10 @@ def traced(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         params = []
 
     written = [_written(p) for p in params]
+    # state beyond the tiles (accumulation registers, RNG, virtual registers): the
+    # instruction is never dead code (cost/deadcode.py)
+    cmd_at = params.index("reduce_cmd") if "reduce_cmd" in params else -1
+    always = name.startswith(_STATEFUL)
 
     @functools.wraps(fn)
     def issue(*args: Any, **kwargs: Any) -> Any:
@@ -63,7 +71,8 @@ def traced(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         for role, a in kwargs.items():
             if isinstance(a, NkiTensor):
                 (writes if _written(role) else reads).append(a)
-        rec.begin(name, reads, writes)
+        stateful = always or (cmd_at >= 0 and ("reduce_cmd" in kwargs or len(args) > cmd_at))
+        rec.begin(name, reads, writes, stateful)
         try:
             result = fn(*args, **kwargs)
         finally:

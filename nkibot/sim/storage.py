@@ -52,8 +52,8 @@ ON_CHIP = (MemoryRegion.sbuf, MemoryRegion.psum)
 class Allocation:
     """Owns one allocation's storage; returns its bytes to the tracker when collected."""
 
-    __slots__ = ("__weakref__", "base", "launch", "nbytes", "pending", "pinned_by", "region",
-                 "state", "tracker", "written")
+    __slots__ = ("__weakref__", "base", "cost", "launch", "nbytes", "pending", "pinned_by",
+                 "region", "state", "tracker", "written")
 
     def __init__(self, base: Arr, region: MemoryRegion, tracker: MemoryTracker | None,
                  nbytes: int, state: Arr | None = None, launch: object = None) -> None:
@@ -67,6 +67,9 @@ class Allocation:
         self.pinned_by: list[weakref.ref[Allocation]] | None = None
         #: Set by the first write (a kernel may return an output argument it wrote).
         self.written = False
+        #: The cost model's record of accesses to this allocation (its `_Tile`, with the
+        #: recorder core it belongs to); None while no model recorded one.
+        self.cost: Any = None
 
     def __del__(self) -> None:
         if self.tracker is not None:
@@ -76,11 +79,14 @@ class Allocation:
 class Handle:
     """A view of an allocation: values, PSUM element states, read-only (broadcast) flag."""
 
-    __slots__ = ("alloc", "arr", "readonly", "state")
+    __slots__ = ("alloc", "arr", "cost", "readonly", "state")
 
     def __init__(self, arr: Arr, alloc: Allocation, state: Arr | None = None,
                  readonly: bool = False) -> None:
         self.arr, self.alloc, self.state, self.readonly = arr, alloc, state, readonly
+        #: The cost model's cache of this view's geometry (its region and contiguous run:
+        #: fixed for a view), filled on first use; None until then.
+        self.cost: Any = None
 
 
 class Stored:

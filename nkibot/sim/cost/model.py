@@ -7,6 +7,7 @@ engine class: an instruction added to the simulator later gets its engine's rule
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nkibot.sim.cost import constants as C
@@ -32,6 +33,9 @@ class Knobs:
     #: An instruction whose tiles are ready may take a gap its engine left idle before a
     #: later-issued one (the compiler schedules independent iterations, timeline.py).
     fill_gaps: bool = True
+    #: Remove instructions whose results are never read (deadcode.py), as the Neuron
+    #: graph compiler did for legacy (NKI 1) kernels; off for today's NKI compiler.
+    dead_code: bool = False
     #: False: no SBUF/PSUM capacity check (a kernel its compiler had to spill still gets
     #: an estimate, without the spill traffic; the calibration bench labels such rows).
     check_capacity: bool = True
@@ -69,20 +73,48 @@ def matmul(target: C.Target, reads: list[NkiTensor], writes: list[NkiTensor],
     return cycles / target.tensor_ghz, flops, fp32
 
 
+#: What the Vector/Scalar/GpSimd rule needs of an on-chip operand: (free elements, bytes
+#: per element, innermost stride over 16 B).
+Operand = tuple[int, int, bool]
+
+
+def operand(t: NkiTensor) -> Operand:
+    return free_elems(t), t.dtype.itemsize, _strided(t)
+
+
 def elementwise(target: C.Target, engine: str, reads: list[NkiTensor],
                 writes: list[NkiTensor], knobs: Knobs, scale: int = 1) -> float:
     """ns of one Vector/Scalar/GpSimd instruction: about N cycles a pass over free size N.
 
     `scale`: the instruction stands for that many iterations of a vectorised loop body.
     """
-    tiles = [t for t in reads if t.buffer in ON_CHIP]
-    outs = [t for t in writes if t.buffer in ON_CHIP]
-    n = max((free_elems(t) for t in tiles + outs), default=1) * scale
+    return elementwise_of(target, engine, [operand(t) for t in reads if t.buffer in ON_CHIP],
+                          [operand(t) for t in writes if t.buffer in ON_CHIP], knobs, scale)
+
+
+def elementwise_of(target: C.Target, engine: str, ins: list[Operand], outs: list[Operand],
+                   knobs: Knobs, scale: int = 1) -> float:
+    """`elementwise` from the on-chip operands' `operand` facts (read, then written)."""
+    return elementwise_parts(target, engine, ins, outs, knobs, scale)[0]
+
+
+def elementwise_parts(target: C.Target, engine: str, ins: list[Operand], outs: list[Operand],
+                      knobs: Knobs, scale: int = 1) -> tuple[float, float, float]:
+    """(ns, streaming ns, ns of the dependent overhead) of one instruction.
+
+    ns: the streaming time (N cycles a pass) but at least the ~60-cycle access overhead,
+    which the engines hide behind independent work (ARCH1:774-775). An instruction that
+    reads what the engine's previous one wrote costs the streaming time plus the static
+    overhead ARCH1:403 adds "to the above execution cost estimate" (the N / 2N cycles of
+    ARCH1:393-395): the scheduler uses max(ns, streaming + dependent) for it.
+    """
+    both = ins + outs
+    n = max((f for f, _, _ in both), default=1) * scale
     # ARCH1:393-395: one input tile about N cycles, two input tiles about 2N (VectorE);
     # ScalarE reads at most one tensor per instruction (ARCH1:497-499).
-    big = [t for t in tiles if free_elems(t) > 1]
-    passes = 1 if engine == "scalar" else max(1, min(len(big), 2))
-    two_byte = all(t.dtype.itemsize <= 2 for t in tiles + outs) and bool(tiles + outs)
+    big = sum(1 for f, _, _ in ins if f > 1)
+    passes = 1 if engine == "scalar" else max(1, min(big, 2))
+    two_byte = bool(both) and all(b <= 2 for _, b, _ in both)
     if engine == "vector":
         lanes, ghz = target.vector_lanes[0 if two_byte else 1], target.vector_ghz
     elif engine == "scalar":
@@ -90,9 +122,9 @@ def elementwise(target: C.Target, engine: str, reads: list[NkiTensor],
     else:
         lanes, ghz = 1.0, target.gpsimd_ghz
     cycles = passes * n / lanes
-    if any(_strided(t) for t in tiles + outs):
+    if any(s for _, _, s in both):
         cycles *= C.STRIDE_PENALTY
-    return max(cycles, knobs.access_overhead) / ghz
+    return max(cycles, knobs.access_overhead) / ghz, cycles / ghz, knobs.dependent_overhead / ghz
 
 
 def contiguous_bytes(t: NkiTensor) -> int:
@@ -111,11 +143,13 @@ def contiguous_bytes(t: NkiTensor) -> int:
 
 
 def dma(target: C.Target, reads: list[NkiTensor], writes: list[NkiTensor],
-        knobs: Knobs) -> tuple[float, int, int]:
+        knobs: Knobs, run_of: Callable[[NkiTensor], int] = contiguous_bytes
+        ) -> tuple[float, int, int]:
     """(bytes, lanes, run): bytes moved, queues it spreads over, contiguous bytes a run.
 
     DMA:99 "Fewer partitions means fewer engines utilized": a transfer over P partitions
-    uses min(P, 16) of the 16 queues.
+    uses min(P, 16) of the 16 queues. `run_of`: a tensor's contiguous run (a cached
+    `contiguous_bytes`).
     """
     dst = writes[0] if writes else (reads[0] if reads else None)
     if dst is None:
@@ -124,7 +158,7 @@ def dma(target: C.Target, reads: list[NkiTensor], writes: list[NkiTensor],
     sides = [t for t in (reads[:1] + writes[:1])]
     chip = [t for t in sides if t.buffer in ON_CHIP]
     parts = chip[0].shape[0] if chip else target.dma_queues
-    run = min(contiguous_bytes(t) for t in sides)
+    run = min(run_of(t) for t in sides)
     return nbytes, max(1, min(parts, target.dma_queues)), max(run, 1)
 
 

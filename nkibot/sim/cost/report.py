@@ -94,6 +94,7 @@ def _critical(rec: Recorder) -> dict[str, float]:
 
 def build(rec: Recorder, hbm_bytes: int, cost_only: bool) -> CostReport:
     """The report of everything `rec` saw, with the roofline for `hbm_bytes` of I/O."""
+    rec.finish()
     t = rec.target
     mem_ns = hbm_bytes / (t.dma_queue_bw * t.dma_queues)
     flops = rec.flops["bf16"] + rec.flops["fp32"]
@@ -110,4 +111,6 @@ def build(rec: Recorder, hbm_bytes: int, cost_only: bool) -> CostReport:
         hbm_bytes=hbm_bytes, flops=flops, roofline_ns=max(mem_ns, fl_ns),
         roofline_bound="compute" if fl_ns > mem_ns else "memory", cost_only=cost_only,
         by_op={k: (int(v[0]), float(v[1])) for k, v in
-               sorted(rec.by_op.items(), key=lambda kv: -kv[1][1])})
+               sorted(rec.by_op.items(), key=lambda kv: -kv[1][1])},
+        notes=[f"dead-code elimination: {rec.eliminated} instruction(s) whose results are "
+               "never read were not costed"] if rec.eliminated else [])

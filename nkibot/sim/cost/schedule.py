@@ -11,22 +11,26 @@ disjoint slices of one tile do not wait for each other. Allocations are never re
 from __future__ import annotations
 
 import ctypes
-import weakref
 from typing import Any
 
 import numpy as np
 
 from nkibot.sim.cost import constants as C
 from nkibot.sim.cost import model as M
-from nkibot.sim.cost.timeline import Timeline, earliest
+from nkibot.sim.cost.deadcode import Item, live
+from nkibot.sim.cost.timeline import Pool, Timeline, earliest
 from nkibot.sim.cost.vectorize import Member, Vectorizer
 from nkibot.sim.storage import handle
 from nkibot.sim.tensor import MemoryRegion, NkiTensor
+
+ON_CHIP = M.ON_CHIP
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 _MAX_ENTRIES = 24
 _MAX_DMA_GAPS = 64
 Region = tuple[int, int, int, int]
+#: (entries of a tile, the region accessed, is_write, the tile is on chip)
+Access = tuple[list[list[Any]], Region, bool, bool]
 
 
 class _ArrayInterface(ctypes.Structure):
@@ -53,29 +57,27 @@ def _address(arr: np.ndarray[Any, Any]) -> int:
 class _Tile:
     """What the recorder keeps per allocation: its base address and access entries."""
 
-    __slots__ = ("addr", "alloc", "entries", "on_chip", "row")
+    __slots__ = ("addr", "entries", "on_chip", "row")
 
-    def __init__(self, t: NkiTensor) -> None:
-        h = handle(t)
-        base = h.alloc.base
-        self.alloc = weakref.ref(h.alloc)
+    def __init__(self, base: np.ndarray[Any, Any], on_chip: bool) -> None:
         self.addr = _address(base)
         self.row = base.strides[0] if base.ndim else 0
-        self.on_chip = t.buffer in M.ON_CHIP
-        #: [p0, p1, b0, b1, is_write, end_ns, instruction index]
+        self.on_chip = on_chip
+        #: [p0, p1, b0, b1, is_write, end_ns, instruction index, (p0, p1, b0, b1)]
         self.entries: list[list[Any]] = []
 
-    def region(self, t: NkiTensor) -> Region:
-        """(p0, p1, b0, b1): partitions and bytes within a partition (HBM: one partition)."""
-        arr = handle(t).arr
+    def region(self, arr: np.ndarray[Any, Any]) -> Region:
+        """(p0, p1, b0, b1) of a view `arr` of this allocation: partitions and bytes within
+        a partition (HBM: one partition)."""
         off = _address(arr) - self.addr
         span = arr.itemsize
         shape, strides = arr.shape, arr.strides
         for i in range(1, len(shape)):
             span += (shape[i] - 1) * abs(strides[i])
         if self.on_chip:
-            if shape and self.row and strides[0] == self.row:
-                p0, b0 = divmod(off, self.row)
+            row = self.row
+            if shape and row and strides[0] == row:
+                p0, b0 = divmod(off, row)
                 return p0, p0 + shape[0], b0, b0 + span
             return 0, 1 << 30, 0, 1 << 62
         if shape:
@@ -90,18 +92,21 @@ class Recorder:
         self.target, self.knobs = target, knobs or M.Knobs()
         self.depth = 0
         self.cores = 1
-        #: The logical core issuing now, and the other cores' per-core model state.
-        self.core = 0
+        #: The logical core issuing now (LNC2 program id), and the other cores' model state.
+        self.pid = 0
         self.saved: dict[int, tuple[Any, ...]] = {}
         self.lines = {r: Timeline() for r in (*ENGINES, "sbuf_port", "psum_port")}
         self.busy = dict.fromkeys((*ENGINES, "dma"), 0.0)
         self.count_by = dict.fromkeys((*ENGINES, "dma"), 0)
-        self.dma_busy: list[tuple[float, float]] = []  # sorted busy intervals of the pool
-        self.dma_floor = 0.0  # nothing is placed before this (older intervals dropped)
+        self.dma_pool = Pool(_MAX_DMA_GAPS)  # the 16 queues' busy time (timeline.Pool)
         self.last: dict[str, int] = {}
-        self.tiles: dict[int, _Tile] = {}
+        #: This recorder's current core: an allocation's and a view's cached records
+        #: (`Allocation.cost`, `Handle.cost`) are valid only for the core that made them.
+        self.core = object()
         self.path: list[tuple[str, float, float, int]] = []  # engine, start, end, pred
         self.makespan = 0.0
+        #: Instructions removed as dead code (`Knobs.dead_code`, deadcode.py).
+        self.eliminated = 0
         self.dma_bytes = 0.0
         self.dma_transfers = 0
         self.dma_ideal_ns = 0.0
@@ -112,6 +117,10 @@ class Recorder:
         self._reads: list[NkiTensor] = []
         self._writes: list[NkiTensor] = []
         self._pending: list[tuple[str, int]] = []
+        #: Instructions taken but not yet placed (`finish`): (engine, op, accesses, costs,
+        #: never dead code).
+        self._queue: list[Item] = []
+        self._stateful = False
         self.vec = Vectorizer(self._issue, C.VECTORIZE_MAX_FREE, self.knobs.loop_vectorize)
 
     # ---- affine loops (the legacy compiler's loop vectorization, vectorize.py) --------
@@ -125,66 +134,110 @@ class Recorder:
         self.vec.exit()
 
     def switch_core(self, pid: int) -> None:
-        """Logical core `pid` (LNC2) issues next: each core has its own engines, queues and
-        loop buffer, and a core seen for the first time starts at time 0. Cores switch
-        only at core_barrier / sendrecv or when one finishes (`nkibot.sim.lnc`); the model
-        does not make a barrier wait for the other core's clock."""
-        if pid == self.core:
+        """Logical core `pid` (LNC2) issues next: each core has its own engines, queues,
+        loop buffer and cached tile records (`self.core`), and a core seen for the first
+        time starts at time 0. Cores switch only at core_barrier / sendrecv or when one
+        finishes (`nkibot.sim.lnc`); the model does not make a barrier wait for the other
+        core's clock. What the current core issued is placed first (`finish`)."""
+        if pid == self.pid:
             return
-        self.saved[self.core] = (self.lines, self.dma_busy, self.dma_floor, self.last,
-                                 self.tiles, self.vec)
+        self.finish()
+        self.saved[self.pid] = (self.lines, self.dma_pool, self.last, self.core, self.vec)
         if pid in self.saved:
-            (self.lines, self.dma_busy, self.dma_floor, self.last, self.tiles,
-             self.vec) = self.saved.pop(pid)
+            self.lines, self.dma_pool, self.last, self.core, self.vec = self.saved.pop(pid)
         else:
             self.cores += 1
             self.lines = {r: Timeline() for r in self.lines}
-            self.dma_busy, self.dma_floor = [], 0.0
-            self.last, self.tiles = {}, {}
+            self.dma_pool = Pool(_MAX_DMA_GAPS)
+            self.last, self.core = {}, object()
             self.vec = Vectorizer(self._issue, C.VECTORIZE_MAX_FREE, self.knobs.loop_vectorize)
-        self.core = pid
+        self.pid = pid
 
     # ---- the hook ---------------------------------------------------------------------
-    def begin(self, op: str, reads: list[NkiTensor], writes: list[NkiTensor]) -> None:
+    def begin(self, op: str, reads: list[NkiTensor], writes: list[NkiTensor],
+              stateful: bool = False) -> None:
+        """An instruction starts; `stateful`: it also reads or writes state the hook does
+        not see as tiles (accumulation registers, RNG), so it is never dead code."""
         self.depth += 1
         self._op = op
         self._reads = reads
         self._writes = writes
+        self._stateful = stateful
         self._pending = []
 
     def count(self, engine: str, elements: int) -> None:
         if self.depth:
             self._pending.append((engine, elements))
         else:  # an instruction outside any traced call (tile[...] = x): no operands
-            self.issue(engine, "setitem", [], [])
+            self.issue(engine, "unknown", [], [], stateful=True)
 
     def end(self, results: list[NkiTensor]) -> None:
-        writes = self._writes + [t for t in results if all(t is not w for w in self._writes)]
+        writes = self._writes  # the hook's own list: returned tiles join it
+        for t in results:
+            for w in writes:
+                if t is w:
+                    break
+            else:
+                writes = [*writes, t]
         for engine, _ in self._pending:
-            self.issue(engine, self._op, self._reads, writes)
+            self.issue(engine, self._op, self._reads, writes, self._stateful)
         self._pending = []
 
     # ---- scheduling -------------------------------------------------------------------
-    def _tile(self, t: NkiTensor) -> _Tile:
-        alloc = handle(t).alloc
-        got = self.tiles.get(id(alloc))
-        if got is None or got.alloc() is not alloc:
-            got = self.tiles[id(alloc)] = _Tile(t)
-        return got
+    def _access(self, reads: list[NkiTensor], writes: list[NkiTensor]) -> list[Access]:
+        """(entries of the tile, region, is_write, on chip) per operand.
 
-    def _access(self, reads: list[NkiTensor], writes: list[NkiTensor]
-                ) -> list[tuple[list[list[Any]], Region, bool]]:
+        A view's tile and region are fixed, so they are computed once per view and kept
+        in its handle (`Handle.cost`: this core's tile table, the tile's entries, the
+        region, the contiguous run); the hook is the model's hottest path.
+        """
         out = []
+        core = self.core
         for is_write, group in ((False, reads), (True, writes)):
             for t in group:
-                tile = self._tile(t)
-                out.append((tile.entries, tile.region(t), is_write))
+                h = handle(t)
+                geom = h.cost
+                if geom is None or geom[0] is not core:
+                    geom = h.cost = self._geometry(t, h)
+                out.append((geom[1], geom[2], is_write, geom[5]))
         return out
 
+    def _geometry(self, t: NkiTensor, h: Any) -> list[Any]:
+        """[this core, the tile's entries, the view's region, its contiguous run (0: not
+        computed yet), its `model.operand` facts (None: not yet), on chip]."""
+        alloc = h.alloc
+        kept = alloc.cost  # (core, _Tile): the allocation's record on this core
+        if kept is None or kept[0] is not self.core:
+            kept = alloc.cost = (self.core, _Tile(alloc.base, t.buffer in ON_CHIP))
+        tile = kept[1]
+        return [self.core, tile.entries, tile.region(h.arr), 0, None, tile.on_chip]
+
     @staticmethod
-    def _ready(access: list[tuple[list[list[Any]], Region, bool]]) -> tuple[float, int]:
+    def _run(t: NkiTensor) -> int:
+        """The view's contiguous run, kept beside its region (0: not computed yet)."""
+        geom = handle(t).cost
+        if geom is None:
+            return M.contiguous_bytes(t)
+        if not geom[3]:
+            geom[3] = M.contiguous_bytes(t)
+        run: int = geom[3]
+        return run
+
+    @staticmethod
+    def _operand(t: NkiTensor) -> M.Operand:
+        """The view's `model.operand` facts, kept beside its region (None: not yet)."""
+        geom = handle(t).cost
+        if geom is None:
+            return M.operand(t)
+        if geom[4] is None:
+            geom[4] = M.operand(t)
+        got: M.Operand = geom[4]
+        return got
+
+    @staticmethod
+    def _ready(access: list[Access]) -> tuple[float, int]:
         ready, pred = 0.0, -1
-        for entries, (p0, p1, b0, b1), is_write in access:
+        for entries, (p0, p1, b0, b1), is_write, _ in access:
             for e in entries:
                 if (e[5] > ready and (is_write or e[4]) and e[0] < p1 and p0 < e[1]
                         and e[2] < b1 and b0 < e[3]):
@@ -192,43 +245,85 @@ class Recorder:
         return ready, pred
 
     @staticmethod
-    def _record(access: list[tuple[list[list[Any]], Region, bool]], end: float,
-                idx: int) -> None:
-        for entries, r, is_write in access:
+    def _record(access: list[Access], end: float, idx: int) -> None:
+        """Entries: [p0, p1, b0, b1, is_write, end, instruction, region]."""
+        for entries, r, is_write, _ in access:
             if is_write:
-                entries[:] = [e for e in entries if not (r[0] <= e[0] and e[1] <= r[1]
-                                                         and r[2] <= e[2] and e[3] <= r[3])]
+                q0, q1, c0, c1 = r
+                entries[:] = [e for e in entries
+                              if not (q0 <= e[0] and e[1] <= q1 and c0 <= e[2] and e[3] <= c1)]
             else:
-                same = next((e for e in entries if not e[4] and e[0] == r[0] and e[1] == r[1]
-                             and e[2] == r[2] and e[3] == r[3]), None)
-                if same is not None:  # a tile read again: one entry, the latest reader
-                    if end > same[5]:
-                        same[5], same[6] = end, idx
-                    continue
-            entries.append([*r, is_write, end, idx])
+                for e in entries:
+                    if not e[4] and e[7] == r:  # a tile read again: one entry, the latest
+                        if end > e[5]:
+                            e[5], e[6] = end, idx
+                        break
+                else:
+                    entries.append([*r, False, end, idx, r])
+                    if len(entries) > _MAX_ENTRIES:
+                        del entries[: _MAX_ENTRIES // 2]
+                continue
+            entries.append([*r, True, end, idx, r])
             if len(entries) > _MAX_ENTRIES:
                 del entries[: _MAX_ENTRIES // 2]
 
     def issue(self, engine: str, op: str, reads: list[NkiTensor],
-              writes: list[NkiTensor]) -> None:
+              writes: list[NkiTensor], stateful: bool = False) -> None:
         if (op == "broadcast_to" and reads and writes
                 and writes[0].shape[0] > reads[0].shape[0]):
             engine = "tensor"  # ARCH1:201-203: NKI broadcasts partitions with a matmul
-        if self.vec.frames and self.vec.offer(engine, op, reads, writes):
+        if self.vec.frames and self.vec.offer(engine, op, reads, writes, pure=not stateful):
             return  # buffered by an affine loop that may be vectorised
-        self._issue(engine, op, [(reads, writes)])
+        self._issue(engine, op, [(reads, writes)], stateful)
 
-    def _issue(self, engine: str, op: str, members: list[Member]) -> None:
-        """Place one instruction covering `members` (several: a vectorised loop body)."""
-        accesses = [self._access(r, w) for r, w in members]
-        # the latest-ready member sets the start (the first of equals, as program order)
-        ready, pred = max((self._ready(a) for a in accesses), key=lambda rp: rp[0])
+    def _issue(self, engine: str, op: str, members: list[Member], keep: bool = False) -> None:
+        """Take one instruction covering `members` (several: a vectorised loop body).
+
+        What it needs of its tensors (regions, sizes, costs) is read now; placing it on
+        the timelines waits for `finish` (the queue is placed in program order, so the
+        result is the same), which keeps the simulator's own work and the scheduling
+        apart: the per-instruction cost is then a fraction of what it was interleaved.
+        """
         reads, writes = members[0]
-        if engine == "dma":
-            start, end = self._dma(ready, reads, writes)
+        if len(members) == 1:
+            accesses = [self._access(reads, writes)]
         else:
-            start, end, pred = self._compute(engine, op, ready, pred, reads, writes,
-                                             len(members))
+            accesses = [self._access(r, w) for r, w in members]
+        t = self.target
+        if engine == "dma":
+            info: tuple[Any, ...] = M.dma(t, reads, writes, self.knobs, self._run)
+        elif engine == "tensor":
+            info = M.matmul(t, reads, writes, op)
+        else:
+            op_of = self._operand
+            info = (*M.elementwise_parts(t, engine,
+                                         [op_of(x) for x in reads if x.buffer in ON_CHIP],
+                                         [op_of(x) for x in writes if x.buffer in ON_CHIP],
+                                         self.knobs, len(members)),
+                    self._ports(engine, reads + writes))
+        self._queue.append((engine, op, accesses, info, keep))
+
+    def finish(self) -> None:
+        """Place every instruction taken since the last call, in program order."""
+        queue, self._queue = self._queue, []
+        if self.knobs.dead_code:
+            kept = live(queue)
+            self.eliminated += len(queue) - len(kept)
+            queue = kept
+        for engine, op, accesses, info, _ in queue:
+            self._place(engine, op, accesses, info)
+
+    def _place(self, engine: str, op: str, accesses: list[list[Access]],
+               info: tuple[Any, ...]) -> None:
+        if len(accesses) == 1:
+            ready, pred = self._ready(accesses[0])
+        else:
+            # the latest-ready member sets the start (the first of equals, as program order)
+            ready, pred = max((self._ready(a) for a in accesses), key=lambda rp: rp[0])
+        if engine == "dma":
+            start, end = self._dma(ready, info[0], info[1], info[2])
+        else:
+            start, end, pred = self._compute(engine, op, ready, pred, info)
         idx = len(self.path)
         self.path.append((engine, start, end, pred))
         for a in accesses:
@@ -236,20 +331,19 @@ class Recorder:
         if end > self.makespan:
             self.makespan = end
 
-    def _compute(self, engine: str, op: str, ready: float, pred: int, reads: list[NkiTensor],
-                 writes: list[NkiTensor], scale: int = 1) -> tuple[float, float, int]:
-        t = self.target
+    def _compute(self, engine: str, op: str, ready: float, pred: int,
+                 info: tuple[Any, ...]) -> tuple[float, float, int]:
         if engine == "tensor":
-            dur, flops, fp32 = M.matmul(t, reads, writes, op)
+            dur, flops, fp32 = info
             self.flops["fp32" if fp32 else "bf16"] += flops
             ports: tuple[str, ...] = ()
         else:
-            dur = M.elementwise(t, engine, reads, writes, self.knobs, scale)
-            ports = self._ports(engine, reads + writes)
+            dur, streaming, dependent, ports = info
         prev = self.last.get(engine, -1)
         if prev >= 0 and pred == prev and engine != "tensor":
-            ghz = {"vector": t.vector_ghz, "scalar": t.scalar_ghz}.get(engine, t.gpsimd_ghz)
-            dur += self.knobs.dependent_overhead / ghz  # ARCH1:403: no back-to-back overlap
+            # ARCH1:403: no back-to-back overlap; the static overhead is added to the
+            # streaming estimate, not to the access minimum as well (model.elementwise_parts)
+            dur = max(dur, streaming + dependent)
         lines = [self.lines[r] for r in (engine, *ports)]
         if not self.knobs.fill_gaps:  # strict program order per engine
             ready = max(ready, max(tl.last_end for tl in lines))
@@ -279,35 +373,11 @@ class Recorder:
             return ("psum_port",)  # ARCH1:765 VectorE and ScalarE cannot access PSUM together
         return ()
 
-    def _dma_slot(self, ready: float, length: float) -> float:
-        """The earliest gap of `length` at or after `ready` in the DMA queues' busy time.
-
-        The 16 queues are one pool (a transfer spreads over min(P, 16) of them, taking
-        that share of the pool). A transfer may fill a gap left before a later-issued
-        one: the compiler orders independent DMAs of an affine loop freely.
-        """
-        busy = self.dma_busy
-        slot = max(ready, self.dma_floor)
-        at = len(busy)
-        for i, (s, e) in enumerate(busy):
-            if slot + length <= s:
-                at = i
-                break
-            if e > slot:
-                slot = e
-        busy.insert(at, (slot, slot + length))
-        if len(busy) > _MAX_DMA_GAPS:
-            self.dma_floor = max(self.dma_floor, busy[_MAX_DMA_GAPS // 2 - 1][1])
-            del busy[: _MAX_DMA_GAPS // 2]
-        return slot
-
-    def _dma(self, ready: float, reads: list[NkiTensor],
-             writes: list[NkiTensor]) -> tuple[float, float]:
+    def _dma(self, ready: float, nbytes: float, lanes: int, run: int) -> tuple[float, float]:
         t, k = self.target, self.knobs
-        nbytes, lanes, run = M.dma(t, reads, writes, k)
         per = M.dma_queue_ns(t, nbytes / lanes, run, k)
         occupancy = per * lanes / t.dma_queues
-        start = self._dma_slot(ready, occupancy)
+        start = self.dma_pool.place(ready, occupancy)
         end = max(start + occupancy, ready + per)
         self.busy["dma"] += per * lanes / t.dma_queues
         self.count_by["dma"] += 1

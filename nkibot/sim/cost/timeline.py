@@ -70,3 +70,80 @@ def earliest(lines: list[Timeline], ready: float, dur: float) -> float:
             if c is not None:
                 t, moved = c, True
     return t
+
+
+_INF = float("inf")
+
+
+class Pool:
+    """Busy intervals of the DMA queues taken as one pool (a transfer over P partitions
+    takes a min(P, 16)/16 share of it for its whole time), and the free gaps between them.
+
+    A transfer takes the earliest gap long enough at or after its ready time, so it may
+    fill a gap left before a later-issued one (the compiler orders independent DMAs of an
+    affine loop freely). The gaps of positive length are kept beside the intervals, so
+    placing a transfer skips back-to-back runs of busy time at once; at most `keep`
+    intervals are kept, older ones fold into `floor` (nothing is placed before it).
+    """
+
+    __slots__ = ("busy", "floor", "gap_ends", "gap_starts", "keep")
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.busy: list[tuple[float, float]] = []  # sorted, disjoint
+        self.floor = 0.0
+        self.gap_starts: list[float] = [-_INF]
+        self.gap_ends: list[float] = [_INF]
+
+    def place(self, ready: float, length: float) -> float:
+        """Take the earliest gap of `length` at or after `ready`; return its start."""
+        slot = max(ready, self.floor)
+        if length <= 0:
+            return self._place_empty(slot)
+        gs, ge = self.gap_starts, self.gap_ends
+        i = bisect_right(ge, slot)  # the first gap ending after `slot` (the last: never)
+        while True:
+            pos = gs[i] if gs[i] > slot else slot
+            if pos + length <= ge[i]:
+                break
+            i += 1
+        end, g0, g1 = pos + length, gs[i], ge[i]
+        starts, ends = [], []
+        if pos > g0:
+            starts.append(g0)
+            ends.append(pos)
+        if g1 > end:
+            starts.append(end)
+            ends.append(g1)
+        gs[i:i + 1], ge[i:i + 1] = starts, ends
+        self._insert(pos, end)
+        return pos
+
+    def _insert(self, s: float, e: float) -> None:
+        busy = self.busy
+        busy.insert(bisect_right(busy, (s, e)), (s, e))
+        if len(busy) > self.keep:
+            self.floor = max(self.floor, busy[self.keep // 2 - 1][1])
+            del busy[: self.keep // 2]
+            drop = bisect_right(self.gap_ends, self.floor)
+            del self.gap_starts[:drop], self.gap_ends[:drop]
+
+    def _place_empty(self, slot: float) -> float:
+        """A zero-length transfer: the first place between intervals at or after `slot`."""
+        for s, e in self.busy:
+            if slot <= s:
+                break
+            slot = max(slot, e)
+        self._insert(slot, slot)
+        self._regap()
+        return slot
+
+    def _regap(self) -> None:
+        prev, self.gap_starts, self.gap_ends = -_INF, [], []
+        for s, e in self.busy:
+            if s > prev:
+                self.gap_starts.append(prev)
+                self.gap_ends.append(s)
+            prev = max(prev, e)
+        self.gap_starts.append(prev)
+        self.gap_ends.append(_INF)

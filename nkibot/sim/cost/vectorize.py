@@ -67,12 +67,18 @@ class Vectorizer:
         if self.frames:
             self.frames[-1].iteration += 1
 
-    def offer(self, engine: str, op: str, reads: Tiles, writes: Tiles) -> bool:
-        """Buffer the instruction (True) or leave it to be issued now (False)."""
+    def offer(self, engine: str, op: str, reads: Tiles, writes: Tiles, pure: bool = True
+              ) -> bool:
+        """Buffer the instruction (True) or leave it to be issued now (False).
+
+        `pure`: False for an instruction with state beyond its tiles (accumulation
+        registers): its loop is not vectorised.
+        """
         f = self.frames[-1]
         if not f.buffering:
             return False
-        if engine not in COMPUTE or _free(reads + writes) * f.trip > self.max_free:
+        if (not pure or engine not in COMPUTE
+                or _free(reads + writes) * f.trip > self.max_free):
             self._stop(f)
             return False
         f.items.append((f.iteration, engine, op, reads, writes))

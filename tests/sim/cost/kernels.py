@@ -114,3 +114,72 @@ def late_independent(x, y):
     nl.store(out, value=rx)
     nl.store(out2, value=ry)
     return out, out2
+
+
+@nki.jit
+def dead_copy(x, keep_copy=False):
+    """out = x + 1; `copy` of the input tile is written and (unless keep_copy) never read."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    copy = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=copy, src=t, engine=nisa.engine.vector)
+    src = copy if keep_copy else t
+    r = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=r, data=src, op0=nl.add, operand0=1.0)
+    nl.store(out, value=r)
+    return out
+
+
+@nki.jit
+def dead_chain(x):
+    """A two-instruction chain whose end result is never read: both are dead."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=a, data=t, op0=nl.multiply, operand0=2.0)
+    b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=b, data=a, op0=nl.add, operand0=1.0)
+    nl.store(out, value=t)
+    return out
+
+
+@nki.jit
+def setitem_then_read(x):
+    """`s[...] = t` (no nki call issues it), then an op reading `s`."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    s = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    s[...] = t
+    r = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=r, data=s, op0=nl.add, operand0=1.0)
+    nl.store(out, value=r)
+    return out
+
+
+@nki.jit
+def register_sum(x):
+    """Two exp passes folded in the accumulation registers; only the last writes a result."""
+    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    total = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    d1 = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=d1, op=nl.exp, data=t, reduce_op=nl.add,
+                    reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    d2 = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=d2, op=nl.exp, data=t, reduce_op=nl.add,
+                    reduce_cmd=nisa.reduce_cmd.reduce, reduce_res=total)
+    nl.store(out, value=total)
+    return out
+
+
+@nki.jit
+def dependent_pair(x):
+    """Two VectorE ops back to back, the second reading what the first wrote."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=a, data=t, op0=nl.multiply, operand0=2.0)
+    b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=b, data=a, op0=nl.add, operand0=1.0)
+    nl.store(out, value=b)
+    return out

@@ -110,3 +110,14 @@ def test_the_model_off_leaves_plain_runs_alone(k: ModuleType) -> None:
         assert nki is not None
         out = nki.simulate(k.matmuls)(bf16(128, 128), bf16(128, 512))
     assert float(out[0, 0]) == pytest.approx(4 * 128.0)
+
+
+@pytest.mark.parametrize("n", [8, 2048])
+def test_a_dependent_instruction_adds_the_static_overhead_to_its_streaming_time(
+        k: ModuleType, n: int) -> None:
+    """ARCH1:403: +100 cycles "to the above execution cost estimate" (N cycles), not to the
+    ~60-cycle access minimum as well: the first op costs max(N, 64), the second N + 100."""
+    rep = estimate(k.dependent_pair, np.ones((128, n), np.float32))
+    first = max(n, C.ACCESS_OVERHEAD.value)
+    second = n + C.DEPENDENT_OVERHEAD.value
+    assert rep.busy_ns["vector"] == pytest.approx((first + second) / 1.12)

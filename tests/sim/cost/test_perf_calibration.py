@@ -64,3 +64,68 @@ def test_a_folder_without_points_is_a_clear_error(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert BENCH.main([str(tmp_path)]) == 2
     assert "no points.json" in capsys.readouterr().err
+
+
+SOURCES = load_module(HERE.parents[2] / "bench" / "perf_calibration_sources.py",
+                      "perf_calibration_sources")
+_RST = """Title
+=====
+
+.. code-block:: python
+
+    def helper():
+        return 1
+
+Text between.
+
+  .. code-block:: python
+
+      import nki
+      import nki.language as nl
+
+      @nki.jit
+      def kern(a, b):
+          \"\"\"first version\"\"\"
+          return KERNEL_BODY
+
+.. code-block:: python
+
+   @nki.jit
+   def kern(a, b):
+       \"\"\"second version\"\"\"
+       pass
+"""
+
+
+def test_code_blocks_are_extracted_by_ordinal_and_checked() -> None:
+    blocks = SOURCES.python_blocks(_RST)
+    assert len(blocks) == 3 and blocks[0].startswith("def helper():")
+    first = SOURCES.extract(_RST, "kern", 1, "first version")
+    assert first.startswith("import nki\n") and "def kern(a, b):" in first
+    assert "second version" in SOURCES.extract(_RST, "kern", 2)
+    with pytest.raises(SOURCES.SourceError, match="no longer contains"):
+        SOURCES.extract(_RST, "kern", 2, "first version")
+    with pytest.raises(SOURCES.SourceError, match="2 code blocks define kern"):
+        SOURCES.extract(_RST, "kern", 3)
+
+
+def test_an_sdk_point_runs_from_the_checkout_and_needs_it(tmp_path: Path) -> None:
+    sdk = tmp_path / "sdk"
+    (sdk / "guide").mkdir(parents=True)
+    body = (HERE / "kernels.py").read_text()
+    (sdk / "guide" / "page.rst").write_text(
+        "Intro\n\n.. code-block:: python\n\n" + "".join(f"    {line}\n" if line else "\n"
+                                                      for line in body.splitlines()))
+    point = _point("sdk-point", "matmuls", 1.0, 1)
+    point.update({"kernel_root": "sdk", "kernel_file": "guide/page.rst",
+                  "code_block": {"ordinal": 1, "contains": "four back-to-back matmuls"}})
+    folder = tmp_path / "points"
+    folder.mkdir()
+    (folder / "points.json").write_text(json.dumps([point]))
+    pred, why = BENCH.predict(folder, point, sdk=sdk)
+    assert pred is not None and why == ""
+    (tmp_path / "direct").mkdir()
+    direct = BENCH.predict(_folder(tmp_path / "direct", []), _point("x", "matmuls", 1.0, 1))[0]
+    assert pred == pytest.approx(direct)  # the same kernel as a file of the folder
+    pred, why = BENCH.predict(folder, point)
+    assert pred is None and "--sdk" in why
