@@ -4,9 +4,10 @@ A `Candidate` describes one way to run an operator (loop order, tile sizes, what
 resident in SBUF) with the traffic and engine work it implies; a `Scorer` turns that into
 a modelled cost and the lowest wins. The default scorer is a documented proxy built from
 the simulator's own stats vocabulary: DMA bytes moved plus Tensor Engine transposes
-(each weighted as one 128 x 128 fp32 block of traffic). When the cost model
-(`nkibot.sim.cost`, issue 13) lands, a scorer over its estimate replaces `dma_proxy`
-without touching the emitters.
+(each weighted as one 128 x 128 fp32 block of traffic). The cost model
+(`nkibot.sim.cost`) measures a whole kernel, so scoring by it means running each candidate
+kernel, and that must happen in the sandbox like any kernel run; a scorer over its
+estimate can replace `dma_proxy` without touching the emitters.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def dma_proxy(c: Candidate) -> float:
     return float(c.dma_bytes + c.transposes * TRANSPOSE_BYTES)
 
 
-SCORER_NAME = "dma-bytes proxy (nkibot.sim.cost not available on this branch)"
+SCORER_NAME = "a traffic proxy: DMA bytes plus PE transposes at one fp32 block each"
 
 
 def choose(candidates: Sequence[Candidate], budget: int, scorer: Scorer = dma_proxy
