@@ -70,9 +70,21 @@ def summary_lines(result: ConversionResult, written: list[Path]) -> list[str]:
                      f" max abs error {worst:.3g}")
     if result.profile is not None:
         lines.append(f"profile: {result.profile.measured_on}")
+        lines += _model_line(result.profile.model)
     lines += [f"reason: {r}" for r in result.reasons]
     lines += [f"wrote {p}" for p in written]
     return lines
+
+
+def _model_line(model: dict[str, object]) -> list[str]:
+    """The cost model's headline, under its own label (empty when the model did not run)."""
+    us, fraction = model.get("time_us"), model.get("roofline_fraction")
+    if not isinstance(us, int | float):
+        return []
+    roofline = f", roofline {fraction:.0%}" if isinstance(fraction, int | float) else ""
+    engine = model.get("critical_engine")
+    bottleneck = f", bottleneck {engine}" if isinstance(engine, str) and engine else ""
+    return [f"modelled: {us:.3f} µs{roofline}{bottleneck} ({model.get('label', 'model estimate')})"]
 
 
 def _split_target(target: str) -> tuple[Path, str]:

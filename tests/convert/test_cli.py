@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nkibot.convert.cli import summary_lines
-from nkibot.results import ConversionResult, TrialStats, VerifyResult
+from nkibot.results import ConversionResult, ProfileResult, TrialStats, VerifyResult
 from tests.convert.agent.episode import GOOD, NUMERIC_BUG, REFERENCE
 from tests.fakes.anthropic import AnthropicDouble, tool_reply
 
@@ -137,6 +137,20 @@ class TestSummary:
                             "checked for trn1)")
         assert "verification: 1/1 trials passed, max abs error 1e-06" in lines
         assert lines[-1] == "wrote out/k.py"
+
+    def test_the_cost_model_headline_carries_its_label(self) -> None:
+        """Off hardware the summary gives the modelled time, labelled as an estimate."""
+        profile = ProfileResult(hardware=False, measured_on="simulator: not a latency measurement",
+                                model={"label": "model estimate (trn2), not a measurement",
+                                       "time_us": 16.7749, "roofline_fraction": 0.359,
+                                       "critical_engine": "vector"})
+        result = ConversionResult(status="verified", target="m.py::M", backend="sim",
+                                  hardware=False, model="lowering", profile=profile)
+        lines = summary_lines(result, [])
+        assert ("modelled: 16.775 µs, roofline 36%, bottleneck vector "
+                "(model estimate (trn2), not a measurement)") in lines
+        profile.model = {}
+        assert not any(line.startswith("modelled:") for line in summary_lines(result, []))
 
     def test_hardware_results_say_so(self) -> None:
         """On a device the summary names the hardware."""
