@@ -85,8 +85,9 @@ async def run(state: _State, backend: KernelBackend, turns: int) -> list[Optimiz
     if turns <= 0 or state.best is None or not state.best.verified or state.best.code is None:
         return []
     current = state.router.current
-    if getattr(current, "deterministic", current.name == "lowering"):
-        return []  # the lowering would only write the same kernel again
+    if getattr(current, "deterministic", current.name == "lowering") and not getattr(
+            current, "variants_left", 0):
+        return []  # a deterministic backend with no other tiling would repeat itself
     timed = await _time(backend, state.best.code, state)
     if timed is None:
         return []
@@ -103,6 +104,8 @@ async def run(state: _State, backend: KernelBackend, turns: int) -> list[Optimiz
         try:
             reply = await loop._ask(state)
         except Exception:  # the phase is optional: a failing model ends it, result kept
+            break
+        if reply.declined:  # nothing more to offer (e.g. the lowering's variants are spent)
             break
         state.tokens = state.tokens + reply.tokens
         state.conversation.messages.append(

@@ -1,4 +1,5 @@
-"""Sandboxed child: a Task as JSON on stdin -> {source, function, ops} or {declined, reason}."""
+"""Sandboxed child: a Task as JSON on stdin -> {source, function, ops, variants} or
+{declined, reason}."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ def main() -> int:
         print(json.dumps({"declined": [], "reason": f"lowering failed: {exc!r}"}))
         return 0
     if isinstance(result, Lowered):
-        payload: dict[str, object] = {"source": result.source, "function": result.function,
-                                      "ops": result.ops}
+        payload: dict[str, object] = {
+            "source": result.source, "function": result.function, "ops": result.ops,
+            "variants": [{"name": v.name, "source": v.source} for v in result.variants]}
     else:
         payload = {"declined": result.unsupported, "reason": result.reason}
     print(json.dumps(payload))

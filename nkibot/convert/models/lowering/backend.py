@@ -7,11 +7,13 @@ import json
 from collections.abc import Callable
 
 from nkibot.convert.models.base import Conversation, ModelReply, ToolCall
-from nkibot.convert.models.lowering.plan import Declined, Lowered
+from nkibot.convert.models.lowering.plan import Declined, Lowered, Variant
 from nkibot.task import Task
 from nkibot.verify.sandbox import python_module_argv, run_sandboxed
 
 CALL_ID = "lowering-verify"
+#: At most this many tiling variants are taken from the child (each costs a verify run).
+MAX_VARIANTS = 4
 Lower = Callable[[Task], "Lowered | Declined"]
 
 
@@ -27,8 +29,18 @@ def lower_in_sandbox(task: Task, timeout_s: float = 60.0) -> Lowered | Declined:
     except (IndexError, json.JSONDecodeError):
         return Declined([], "lowering child printed no result")
     if "source" in payload:
-        return Lowered(payload["source"], payload["function"], list(payload.get("ops", [])))
+        return Lowered(payload["source"], payload["function"], list(payload.get("ops", [])),
+                       _variants(payload.get("variants")))
     return Declined(list(payload.get("declined", [])), str(payload.get("reason", "declined")))
+
+
+def _variants(raw: object) -> list[Variant]:
+    """The child's variants, each a {name, source} of strings; anything else is dropped."""
+    if not isinstance(raw, list):
+        return []
+    return [Variant(v["name"][:80], v["source"]) for v in raw[:MAX_VARIANTS]
+            if isinstance(v, dict) and isinstance(v.get("name"), str)
+            and isinstance(v.get("source"), str)]
 
 
 def _tried_before(conversation: Conversation) -> bool:
@@ -45,16 +57,31 @@ def _feedback(conversation: Conversation) -> str:
 
 
 class LoweringBackend:
-    """First turn: the lowered kernel with a verify_kernel call. Later turns: decline."""
+    """First turn: the lowered kernel with a verify_kernel call. Later turns (the optimize
+    phase, after it verified): its other tilings one by one, then decline."""
 
     name = "lowering"
+    deterministic = True
 
     def __init__(self, *, timeout_s: float = 60.0, lower: Lower | None = None) -> None:
         self._timeout_s = timeout_s
         # `lower` replaces the sandboxed child (tests pass lower_task to stay in-process)
         self._lower = lower
+        self._variants: list[Variant] = []
+
+    @property
+    def variants_left(self) -> int:
+        """Tilings not offered yet: the optimize phase asks for them, timing each."""
+        return len(self._variants)
 
     async def turn(self, conversation: Conversation) -> ModelReply:
+        if _tried_before(conversation) and self._variants:
+            variant = self._variants.pop(0)
+            n = MAX_VARIANTS - len(self._variants)
+            return ModelReply(model=self.name, text=f"Change: {variant.name}\n",
+                              tool_calls=[ToolCall(id=f"{CALL_ID}-variant{n}",
+                                                   name="verify_kernel",
+                                                   arguments={"code": variant.source})])
         if _tried_before(conversation):
             why = _feedback(conversation)
             reason = "the deterministic lowering has no other kernel to offer"
@@ -67,6 +94,7 @@ class LoweringBackend:
             result = await asyncio.to_thread(lower_in_sandbox, task, self._timeout_s)
         if isinstance(result, Declined):
             return ModelReply(model=self.name, declined=result.reason)
+        self._variants = list(result.variants)
         return ModelReply(model=self.name, text=reply_text(result),
                           tool_calls=[ToolCall(id=CALL_ID, name="verify_kernel",
                                                arguments={"code": result.source})])

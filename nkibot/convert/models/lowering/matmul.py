@@ -26,7 +26,7 @@ from nkibot.convert.models.lowering.layout import (
     place,
 )
 from nkibot.convert.models.lowering.rowwise import Kernel, Output, view_definition
-from nkibot.convert.models.lowering.tiling import SCORER_NAME, Candidate, choose
+from nkibot.convert.models.lowering.tiling import SCORER_NAME, Candidate, choose, others
 
 NMAX = 512  # gemm_moving_fmax: one PSUM bank of fp32
 PANEL_BUDGET = 96 * 1024  # bytes per partition a resident B panel may take
@@ -94,8 +94,13 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     kernel.body.line(f"{b_v} = {_hbm_view(b, gb, k, n)}")
     n_tile = PMAX if b.transposed else NMAX
     itemsize = 2 if compute != "nl.float32" else 4
-    plan = _tiling(a, b, groups * rows, k, n, n_tile, itemsize)
-    kernel.body.comment(f"tiling: {plan.name} (chosen by {SCORER_NAME})")
+    candidates = _tiling(a, b, groups * rows, k, n, n_tile, itemsize)
+    forced = kernel.choices.get("matmul")
+    plan = choose(candidates, PANEL_BUDGET, forced=forced)
+    kernel.alternatives += [("matmul", name) for name in others(candidates, PANEL_BUDGET, plan)]
+    why = ("a variant, kept only if it verifies and is faster by the cost model"
+           if forced == plan.name else f"chosen by {SCORER_NAME}")
+    kernel.body.comment(f"tiling: {plan.name} ({why})")
     panel = plan.name == "b-panel"
     block_fn = _emit_block_helper(kernel, a, b, compute, panel)
     tile_fn, params = _emit_tile_helper(kernel, res, pl, mm.name, outputs[0], block_fn,
@@ -112,7 +117,7 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
 
 
 def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int, n_tile: int,
-            itemsize: int) -> Candidate:
+            itemsize: int) -> list[Candidate]:
     """Stream both operands per output tile, or keep B's [K, n_tile] panel resident."""
     a_bytes, b_bytes = m * k * itemsize, k * n * itemsize
     m_tiles, n_tiles, k_tiles = -(-m // PMAX), -(-n // n_tile), -(-k // PMAX)
@@ -122,7 +127,7 @@ def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int, n_tile: int,
                        a_transposes + b_blocks * m_tiles, 3 * NMAX * 4)
     panel = Candidate("b-panel", a_bytes * n_tiles + b_bytes, a_transposes + b_blocks,
                       k_tiles * n_tile * itemsize + 2 * NMAX * 4)
-    return choose([stream, panel], PANEL_BUDGET)
+    return [stream, panel]
 
 
 def _emit_panel_helper(kernel: Kernel, b: LeafView, compute: str, k: int, rows: int,

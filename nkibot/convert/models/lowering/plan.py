@@ -26,12 +26,22 @@ from nkibot.convert.models.lowering.scan import emit_scan
 
 
 @dataclass(frozen=True)
+class Variant:
+    """Another tiling of the same kernel (same function, same results), e.g. "matmul
+    tiling b-panel": the optimize phase times it and keeps it only when it is faster."""
+
+    name: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Lowered:
     """A kernel: its source, the @nki.jit function's name, and the torch ops it covers."""
 
     source: str
     function: str
     ops: list[str] = field(default_factory=list)
+    variants: list[Variant] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,21 @@ def _place_any(res: Resolved, outputs: list[str]) -> Placement:
 
 
 def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
+    """The kernel the proxy scorer picks, with every other fitting tiling as a variant."""
+    first = _lower(graph, entry, {})
+    if isinstance(first, Declined) or not first[1]:
+        return first if isinstance(first, Declined) else first[0]
+    lowered, alternatives = first
+    variants = []
+    for decision, name in alternatives:
+        other = _lower(graph, entry, {decision: name})
+        if not isinstance(other, Declined) and other[0].source != lowered.source:
+            variants.append(Variant(f"{decision} tiling {name}", other[0].source))
+    return Lowered(lowered.source, lowered.function, lowered.ops, variants)
+
+
+def _lower(graph: Graph, entry: str, choices: dict[str, str]
+           ) -> tuple[Lowered, list[tuple[str, str]]] | Declined:
     if not graph.outputs:
         return Declined([], "the forward returns no tensor")
     graph = prune(graph)
@@ -107,7 +132,7 @@ def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
         return Declined([], too_big)
     try:
         res = resolve(graph)
-        kernel = Kernel()
+        kernel = Kernel(choices=choices)
         kernel.names.taken |= {leaf.name for leaf in graph.leaves} | {"nki", "nl", "nisa"}
         outputs = _outputs(graph, res, kernel)
         for out in outputs:
@@ -135,7 +160,8 @@ def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
         return Declined([], f"layout: {exc}")
     fn = kernel_name(entry)
     ops = list(dict.fromkeys(op.origin for op in graph.ops if op.origin))
-    return Lowered(_module_source(graph, entry, fn, kernel, outputs, ops), fn, ops)
+    return Lowered(_module_source(graph, entry, fn, kernel, outputs, ops), fn, ops), (
+        kernel.alternatives)
 
 
 def _module_source(graph: Graph, entry: str, fn: str, kernel: Kernel, outputs: list[Output],

@@ -56,6 +56,10 @@ class Kernel:
     names: Names = field(default_factory=Names)
     hbm_views: dict[str, str] = field(default_factory=dict)  # view param -> its definition
     leaf_views: dict[str, str] = field(default_factory=dict)  # leaf view -> view param
+    #: tiling choices forced for a variant (decision -> candidate name), and the
+    #: (decision, candidate) pairs that fit but were not chosen (`tiling.others`)
+    choices: dict[str, str] = field(default_factory=dict)
+    alternatives: list[tuple[str, str]] = field(default_factory=list)
 
 
 def view_definition(res: Resolved, pl: Placement, name: str) -> str:

@@ -6,8 +6,10 @@ a modelled cost and the lowest wins. The default scorer is a documented proxy bu
 the simulator's own stats vocabulary: DMA bytes moved plus Tensor Engine transposes
 (each weighted as one 128 x 128 fp32 block of traffic). The cost model
 (`nkibot.sim.cost`) measures a whole kernel, so scoring by it means running each candidate
-kernel, and that must happen in the sandbox like any kernel run; a scorer over its
-estimate can replace `dma_proxy` without touching the emitters.
+kernel, and that must happen in the sandbox like any kernel run. So the proxy picks the
+first kernel, and every other candidate that fits becomes a *variant* (`Lowered.variants`):
+the agent loop's optimize phase verifies and times each with the cost model (or on the
+device) and keeps it only when it verifies and is faster (`nkibot.convert.agent.optimize`).
 """
 
 from __future__ import annotations
@@ -39,10 +41,18 @@ def dma_proxy(c: Candidate) -> float:
 SCORER_NAME = "a traffic proxy: DMA bytes plus PE transposes at one fp32 block each"
 
 
-def choose(candidates: Sequence[Candidate], budget: int, scorer: Scorer = dma_proxy
-           ) -> Candidate:
-    """The best candidate whose SBUF footprint fits `budget` bytes per partition."""
+def choose(candidates: Sequence[Candidate], budget: int, scorer: Scorer = dma_proxy,
+           forced: str | None = None) -> Candidate:
+    """The best candidate whose SBUF footprint fits `budget` bytes per partition, or the
+    fitting one named `forced` (a variant the agent loop times with the cost model)."""
     fitting = [c for c in candidates if c.sbuf_bytes_per_partition <= budget]
     if not fitting:
         raise ValueError("no tiling candidate fits SBUF")
-    return min(fitting, key=scorer)
+    named = [c for c in fitting if c.name == forced]
+    return named[0] if named else min(fitting, key=scorer)
+
+
+def others(candidates: Sequence[Candidate], budget: int, chosen: Candidate) -> list[str]:
+    """The names of the fitting candidates not chosen: the variants worth timing."""
+    return [c.name for c in candidates
+            if c.sbuf_bytes_per_partition <= budget and c.name != chosen.name]
