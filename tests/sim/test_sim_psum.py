@@ -139,6 +139,7 @@ class TestDoubleRow:
 
     def test_first_free_dim_must_be_two(self, nki: ModuleType, kernel_file: Any) -> None:
         import ml_dtypes
+
         from nkibot.sim import SimError
         a = np.ones((128, 4, 1), ml_dtypes.float8_e5m2)
         b = np.ones((128, 4, 3), ml_dtypes.float8_e5m2)
