@@ -9,12 +9,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from nkibot.sim import activate, stats
 
 QUICKSTART = """
+import ml_dtypes
 import numpy as np
 import nki
 import nki.language as nl
@@ -250,3 +252,54 @@ class TestStats:
         import nkibot.sim as sim
 
         assert "dma_bytes" in (sim.__doc__ or "") and "stats()" in (sim.__doc__ or "")
+
+
+class TestPreciseFp:
+    """NKI_PRECISE_FP (nki/guides/nki_simulator.rst:123-136): 1 (default) stores bfloat16 /
+    float8 tiles rounded; 0 stores every low-precision tensor as float32."""
+
+    SRC = """
+        @nki.jit
+        def k(a):
+            x = nl.load(a)
+            y = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.activation(dst=y, op=nl.square, data=x, scale=3.0)
+            z = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=z, src=y)
+            out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, value=z)
+            return out
+        """
+
+    def _run(self, nki: ModuleType, kernel_file: Any) -> Any:
+        a = np.linspace(1.0, 97.0, 128 * 8, dtype=np.float32).reshape(128, 8) + 0.013
+        return a, nki.simulate(kernel_file(self.SRC).k)(a)
+
+    def test_default_rounds_bf16(self, nki: ModuleType, kernel_file: Any,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv("NKI_PRECISE_FP", raising=False)
+        a, got = self._run(nki, kernel_file)
+        want = np.square(a * 3.0)
+        assert not np.allclose(got, want, rtol=1e-5)  # bf16 keeps 8 mantissa bits
+        np.testing.assert_array_equal(got, want.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+    def test_zero_keeps_float32(self, nki: ModuleType, kernel_file: Any,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("NKI_PRECISE_FP", "0")
+        a, got = self._run(nki, kernel_file)
+        np.testing.assert_allclose(got, np.square(a * 3.0), rtol=1e-6)
+
+    def test_zero_refuses_bit_views_of_widened_tiles(self, nki: ModuleType, kernel_file: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+        from nkibot.sim import SimError
+        monkeypatch.setenv("NKI_PRECISE_FP", "0")
+        mod = kernel_file("""
+            @nki.jit
+            def k(a):
+                y = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+                v = y.view(nl.int16)
+                return a
+            """)
+        with pytest.raises(SimError) as e:
+            nki.simulate(mod.k)(np.zeros((128, 8), np.float32))
+        assert e.value.rule == "unsupported"
