@@ -303,3 +303,51 @@ class TestPreciseFp:
         with pytest.raises(SimError) as e:
             nki.simulate(mod.k)(np.zeros((128, 8), np.float32))
         assert e.value.rule == "unsupported"
+
+
+class TestSpmdGrid:
+    """`kernel[4, 2]`: one program per grid point, nl.program_id(axis) / num_programs /
+    program_ndim as the nki.language stubs document them (language/__init__.py:2595-2614)."""
+
+    SRC = """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            i = nl.program_id(0)
+            j = nl.program_id(1)
+            t = nl.load(a[i, j])
+            nl.store(out[i, j], value=nl.add(t, float(nl.num_programs(1) * 100 * i + j
+                                                    + 1000 * nl.program_ndim())))
+            return out
+        """
+
+    def test_every_program_writes_its_cell(self, nki: ModuleType, kernel_file: Any) -> None:
+        a = np.arange(4 * 3 * 2 * 8, dtype=np.float32).reshape(4, 3, 2, 8)
+        got = nki.simulate(kernel_file(self.SRC).k[4, 3])(a)
+        i, j = np.meshgrid(np.arange(4), np.arange(3), indexing="ij")
+        want = a + (300 * i + j + 2000)[:, :, None, None]
+        np.testing.assert_array_equal(got, want)
+
+    def test_axis_outside_the_grid_is_refused(self, nki: ModuleType, kernel_file: Any) -> None:
+        from nkibot.sim import SimError
+        mod = kernel_file("""
+            @nki.jit
+            def k(a):
+                return nl.program_id(2)
+            """)
+        with pytest.raises(SimError) as e:
+            nki.simulate(mod.k[2, 2])(np.zeros((2, 2), np.float32))
+        assert e.value.rule == "out-of-bounds"
+
+    def test_no_grid_is_program_zero_of_none(self, nki: ModuleType, kernel_file: Any) -> None:
+        mod = kernel_file("""
+            @nki.jit
+            def k(a):
+                out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+                t = nl.load(a)
+                nl.store(out, value=nl.add(t, float(nl.program_id(0) + 10 * nl.program_ndim()
+                                                    + 100 * nl.num_programs())))
+                return out
+            """)
+        got = nki.simulate(mod.k)(np.zeros((2, 4), np.float32))
+        np.testing.assert_array_equal(got, np.full((2, 4), 100.0, np.float32))
