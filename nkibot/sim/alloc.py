@@ -63,7 +63,7 @@ def allocate(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str 
             if not supersede(st, site):
                 raise
             nbytes = tracker.take(reg.value, free * dt.itemsize, shp, dt)
-    arr = np.empty(shp, dt)
+    arr = np.empty(shp, dtypes.storage_dtype(dt))
     if fill is not OVERWRITTEN:
         arr.fill((np.nan if dtypes.is_float(dt) else 4) if fill is None else fill)
     state = np.zeros(shp, np.uint8) if reg is MemoryRegion.psum else None

@@ -8,6 +8,7 @@ rounded to 10 bits on write.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import ml_dtypes
@@ -30,6 +31,25 @@ uint8 = np.dtype(np.uint8)
 uint16 = np.dtype(np.uint16)
 uint32 = np.dtype(np.uint32)
 bool_ = np.dtype(np.bool_)
+
+#: Stored as float32 when NKI_PRECISE_FP=0 (nki/guides/nki_simulator.rst:123-136: "When
+#: disabled, all low-precision tensors are stored as float32"; precise mode stores
+#: "bfloat16, float8_e4m3, float8_e5m2" with ml_dtypes, so these are the ones it widens).
+LOW_PRECISION = (bfloat16, float8_e4m3, float8_e4m3fn, float8_e5m2)
+
+
+def precise_fp() -> bool:
+    """NKI_PRECISE_FP: 1 (the default) or unset rounds on store; 0 keeps float32 values."""
+    return os.environ.get("NKI_PRECISE_FP", "1").strip() != "0"
+
+
+def storage_dtype(dt: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype an allocation of `dt` is stored in: float32 for low-precision floats
+    when NKI_PRECISE_FP=0, else `dt` itself."""
+    if not precise_fp() and any(dt == lp for lp in LOW_PRECISION):
+        return float32
+    return dt
+
 
 # MX (OCP microscaling, NeuronCore-v4): x4 types pack four 8-bit (or 4-bit) elements in
 # one 32-bit (16-bit) word, stored as uint32/uint16 tagged like tfloat32; the scale type

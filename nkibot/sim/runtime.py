@@ -43,22 +43,36 @@ def launch_target() -> str:
         raise fail("target-unknown", str(exc)) from None
 
 
+#: Programs one launch grid may have (each runs on a thread of its own, one at a time).
+MAX_PROGRAMS = 64
+
+
 class Kernel:
     """A `@nki.jit` kernel; calling it with NumPy arrays runs it on the simulator."""
 
     def __init__(self, fn: Callable[..., Any], lnc: int = 1,
-                 schedule: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> None:
+                 schedule: tuple[tuple[str, tuple[str, ...]], ...] = (),
+                 grid: tuple[int, ...] | None = None) -> None:
         self.fn = fn
         self.lnc = lnc
+        #: The SPMD launch grid (`kernel[4, 2]`); () when launched without one.
+        self.grid = grid if grid is not None else ((lnc,) if lnc > 1 else ())
         #: Extra dependency edges (instruction, instructions it waits for); see with_schedule.
         self.schedule = schedule
         functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid: Any) -> Kernel:
-        n = grid if isinstance(grid, int) else int(np.prod(grid))
-        if n not in (1, 2):
-            raise fail("unsupported", f"launch grid {grid!r}: only LNC 1 or 2 is simulated")
-        return Kernel(self.fn, n, self.schedule)
+        dims = (grid,) if isinstance(grid, int) else tuple(grid)
+        if not dims or not all(isinstance(d, int) and d >= 1 for d in dims):
+            raise fail("unsupported", f"launch grid {grid!r}: dimensions must be positive ints")
+        n = int(np.prod(dims))
+        if n > MAX_PROGRAMS:
+            raise fail("unsupported", f"launch grid {grid!r}: {n} programs; the simulator "
+                                      f"runs at most {MAX_PROGRAMS}")
+        # Each SPMD program (nl.program_id(axis) per grid axis, nki/api/nki/language/
+        # __init__.py:2595-2614) runs as a logical core does under LNC=2: its own SBUF,
+        # PSUM and registers, one shared HBM; a grid of 2 is the LNC=2 launch.
+        return Kernel(self.fn, n, self.schedule, dims)
 
     def with_schedule(self, edges: Any) -> Kernel:
         """This kernel with extra dependency edges: pairs (name, name or [names]).
@@ -76,12 +90,12 @@ class Kernel:
             if not all(isinstance(d, str) for d in deps):
                 raise fail("unsupported", f"with_schedule: edge {edge!r} names a non-string")
             parsed.append((edge[0], deps))
-        return Kernel(self.fn, self.lnc, self.schedule + tuple(parsed))
+        return Kernel(self.fn, self.lnc, self.schedule + tuple(parsed), self.grid)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if LOCAL.depth:
             return self.fn(*args, **kwargs)  # a jit kernel called from inside a kernel
-        return run(self.fn, args, kwargs, self.lnc)
+        return run(self.fn, args, kwargs, self.lnc, grid=self.grid)
 
 
 def jit(fn: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
@@ -96,7 +110,7 @@ def simulate(kernel: Any) -> Callable[..., Any]:
     k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
 
     def runner(*args: Any, **kwargs: Any) -> Any:
-        return run(k.fn, args, kwargs, k.lnc)
+        return run(k.fn, args, kwargs, k.lnc, grid=k.grid)
 
     return runner
 
@@ -151,7 +165,8 @@ def _to_numpy(result: Any, state: RunState, where: str = "result",
 
 
 def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-        lnc: int = 1, cost: Any = None, numerics: bool = True) -> Any:
+        lnc: int = 1, cost: Any = None, numerics: bool = True,
+        grid: tuple[int, ...] | None = None) -> Any:
     """Run one launch (each logical core on a thread of its own under LNC=2, see
     `nkibot.sim.lnc`); errors point at the kernel line.
 
@@ -161,6 +176,7 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     target = launch_target()
     state = RunState(lnc, target)
     state.cost, state.numerics = cost, numerics
+    state.grid = grid if grid is not None else ((lnc,) if lnc > 1 else ())
     if cost is not None and not cost.knobs.check_capacity:
         # what-if for kernels a compiler spilled (the cost model does not model spills)
         state.memory.sbuf_limit = state.memory.psum_limit = 1 << 62

@@ -104,6 +104,8 @@ class RunState:
         self.memory = MemoryTracker(self.counters, target)
         self.lnc = lnc
         self.program = 0
+        #: The launch grid (`kernel[4, 2]`); `program` is the flat (C-order) index in it.
+        self.grid: tuple[int, ...] = (lnc,) if lnc > 1 else ()
         self.target = target
         #: shared_hbm allocations of program 0, reused by the other programs in order.
         self.shared: list[Any] = []
@@ -133,6 +135,7 @@ class RunState:
         the launch's counters, shared_hbm tensors, cost recorder and generation."""
         core = RunState(self.lnc, self.target)
         core.counters, core.launch, core.cores, core.program = self.counters, self, cores, pid
+        core.grid = self.grid
         core.memory = MemoryTracker(self.counters, self.target)
         core.memory.sbuf_limit, core.memory.psum_limit = (self.memory.sbuf_limit,
                                                           self.memory.psum_limit)

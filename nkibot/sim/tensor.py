@@ -227,6 +227,11 @@ class NkiTensor(Stored):
 
     def view(self, dtype: Any) -> NkiTensor:
         dt = dtypes.normalize(dtype)
+        if handle(self).arr.dtype.itemsize != self.dtype.itemsize:
+            raise fail("unsupported", f"view {self.describe()} as {dtypes.name(dt)}: with "
+                                      "NKI_PRECISE_FP=0 its values are stored as float32 "
+                                      "(nki/guides/nki_simulator.rst:135), so it has no "
+                                      f"{dtypes.name(self.dtype)} bits to reinterpret")
         try:
             arr = handle(self).arr.view(dt)
         except ValueError as exc:

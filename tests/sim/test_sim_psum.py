@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from nkibot.sim import activate
+
 
 @pytest.fixture
 def mats() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -101,3 +103,46 @@ class TestPsumGroups:
         want = lt[:128].T @ r[:128]
         want[:, :256] *= 2
         np.testing.assert_allclose(nki.simulate(mod.k)(lt, r), want, rtol=1e-4, atol=1e-4)
+
+
+class TestDoubleRow:
+    """perf_mode double_row splits K over the partitions and a first free dim of 2
+    (nki/api/nki/isa/__init__.py:596-599: [128, 2, 1] x [128, 2, 3] -> [1, 3])."""
+
+    SRC = """
+        @nki.jit
+        def k(a, b):
+            out = nl.ndarray((a.shape[2], b.shape[2]), dtype=nl.float32, buffer=nl.shared_hbm)
+            s = nl.load(a)
+            m = nl.load(b)
+            acc = nl.ndarray((a.shape[2], b.shape[2]), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc, stationary=s, moving=m,
+                           perf_mode=nisa.matmul_perf_mode.double_row)
+            res = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nl.store(out, value=res)
+            return out
+        """
+
+    def test_contracts_over_partitions_and_the_pair_dim(self, nki: ModuleType,
+                                                        kernel_file: Any) -> None:
+        import ml_dtypes
+        rng = np.random.default_rng(3)
+        f8 = ml_dtypes.float8_e5m2
+        a = rng.integers(-3, 4, (128, 2, 1)).astype(f8)
+        b = rng.integers(-3, 4, (128, 2, 3)).astype(f8)
+        with activate(force=True, target="trn2") as n2:
+            got = n2.simulate(kernel_file(self.SRC).k)(a, b)
+        want = a.astype(np.float32).reshape(256, 1).T @ b.astype(np.float32).reshape(256, 3)
+        assert got.shape == (1, 3)
+        np.testing.assert_array_equal(got, want)
+
+    def test_first_free_dim_must_be_two(self, nki: ModuleType, kernel_file: Any) -> None:
+        import ml_dtypes
+
+        from nkibot.sim import SimError
+        a = np.ones((128, 4, 1), ml_dtypes.float8_e5m2)
+        b = np.ones((128, 4, 3), ml_dtypes.float8_e5m2)
+        with activate(force=True, target="trn2") as n2, pytest.raises(SimError) as e:
+            n2.simulate(kernel_file(self.SRC).k)(a, b)
+        assert e.value.rule == "shape-mismatch"

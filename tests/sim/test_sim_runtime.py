@@ -9,12 +9,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from nkibot.sim import activate, stats
 
 QUICKSTART = """
+import ml_dtypes
 import numpy as np
 import nki
 import nki.language as nl
@@ -250,3 +252,102 @@ class TestStats:
         import nkibot.sim as sim
 
         assert "dma_bytes" in (sim.__doc__ or "") and "stats()" in (sim.__doc__ or "")
+
+
+class TestPreciseFp:
+    """NKI_PRECISE_FP (nki/guides/nki_simulator.rst:123-136): 1 (default) stores bfloat16 /
+    float8 tiles rounded; 0 stores every low-precision tensor as float32."""
+
+    SRC = """
+        @nki.jit
+        def k(a):
+            x = nl.load(a)
+            y = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.activation(dst=y, op=nl.square, data=x, scale=3.0)
+            z = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=z, src=y)
+            out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, value=z)
+            return out
+        """
+
+    def _run(self, nki: ModuleType, kernel_file: Any) -> Any:
+        a = np.linspace(1.0, 97.0, 128 * 8, dtype=np.float32).reshape(128, 8) + 0.013
+        return a, nki.simulate(kernel_file(self.SRC).k)(a)
+
+    def test_default_rounds_bf16(self, nki: ModuleType, kernel_file: Any,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv("NKI_PRECISE_FP", raising=False)
+        a, got = self._run(nki, kernel_file)
+        want = np.square(a * 3.0)
+        assert not np.allclose(got, want, rtol=1e-5)  # bf16 keeps 8 mantissa bits
+        np.testing.assert_array_equal(got, want.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+    def test_zero_keeps_float32(self, nki: ModuleType, kernel_file: Any,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("NKI_PRECISE_FP", "0")
+        a, got = self._run(nki, kernel_file)
+        np.testing.assert_allclose(got, np.square(a * 3.0), rtol=1e-6)
+
+    def test_zero_refuses_bit_views_of_widened_tiles(self, nki: ModuleType, kernel_file: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+        from nkibot.sim import SimError
+        monkeypatch.setenv("NKI_PRECISE_FP", "0")
+        mod = kernel_file("""
+            @nki.jit
+            def k(a):
+                y = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+                v = y.view(nl.int16)
+                return a
+            """)
+        with pytest.raises(SimError) as e:
+            nki.simulate(mod.k)(np.zeros((128, 8), np.float32))
+        assert e.value.rule == "unsupported"
+
+
+class TestSpmdGrid:
+    """`kernel[4, 2]`: one program per grid point, nl.program_id(axis) / num_programs /
+    program_ndim as the nki.language stubs document them (language/__init__.py:2595-2614)."""
+
+    SRC = """
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            i = nl.program_id(0)
+            j = nl.program_id(1)
+            t = nl.load(a[i, j])
+            nl.store(out[i, j], value=nl.add(t, float(nl.num_programs(1) * 100 * i + j
+                                                    + 1000 * nl.program_ndim())))
+            return out
+        """
+
+    def test_every_program_writes_its_cell(self, nki: ModuleType, kernel_file: Any) -> None:
+        a = np.arange(4 * 3 * 2 * 8, dtype=np.float32).reshape(4, 3, 2, 8)
+        got = nki.simulate(kernel_file(self.SRC).k[4, 3])(a)
+        i, j = np.meshgrid(np.arange(4), np.arange(3), indexing="ij")
+        want = a + (300 * i + j + 2000)[:, :, None, None]
+        np.testing.assert_array_equal(got, want)
+
+    def test_axis_outside_the_grid_is_refused(self, nki: ModuleType, kernel_file: Any) -> None:
+        from nkibot.sim import SimError
+        mod = kernel_file("""
+            @nki.jit
+            def k(a):
+                return nl.program_id(2)
+            """)
+        with pytest.raises(SimError) as e:
+            nki.simulate(mod.k[2, 2])(np.zeros((2, 2), np.float32))
+        assert e.value.rule == "out-of-bounds"
+
+    def test_no_grid_is_program_zero_of_none(self, nki: ModuleType, kernel_file: Any) -> None:
+        mod = kernel_file("""
+            @nki.jit
+            def k(a):
+                out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+                t = nl.load(a)
+                nl.store(out, value=nl.add(t, float(nl.program_id(0) + 10 * nl.program_ndim()
+                                                    + 100 * nl.num_programs())))
+                return out
+            """)
+        got = nki.simulate(mod.k)(np.zeros((2, 4), np.float32))
+        np.testing.assert_array_equal(got, np.full((2, 4), 100.0, np.float32))

@@ -74,11 +74,11 @@ CASES: dict[str, tuple[str, tuple[Any, ...], dict[str, str | None]]] = {
         """, ("eye", (128, 64)), {"trn1": "psum-accumulate", "trn2": "psum-accumulate",
                                   "trn3": None}),
     "matmul perf_mode double_row (fp8)": ("""
-        s = nl.ndarray((128, 128), dtype=nl.float8_e5m2, buffer=nl.sbuf)
-        m = nl.ndarray((128, 64), dtype=nl.float8_e5m2, buffer=nl.sbuf)
+        s = nl.ndarray((128, 2, 64), dtype=nl.float8_e5m2, buffer=nl.sbuf)
+        m = nl.ndarray((128, 2, 64), dtype=nl.float8_e5m2, buffer=nl.sbuf)
         nisa.memset(dst=s, value=1.0)
         nisa.memset(dst=m, value=1.0)
-        p = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum)
+        p = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=p, stationary=s, moving=m,
                        perf_mode=nisa.matmul_perf_mode.double_row)
         """, (), {"trn1": "arch-unsupported", "trn2": None, "trn3": None}),

@@ -38,7 +38,9 @@ _ONTO_INIT = "matmul_accumulate_onto_initialised"
 _F32_FAMILY = {dtypes.float32}  # tfloat32 compares equal to float32
 
 
-def _check_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor) -> None:
+def _check_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor,
+                  rows: int = 1) -> None:
+    """Operand rules; `rows` = 2 under perf_mode double_row (K split over partition x 2)."""
     op = "nc_matmul"
     in_buffer(stationary, op, "stationary", MemoryRegion.sbuf)
     in_buffer(moving, op, "moving", MemoryRegion.sbuf)
@@ -48,7 +50,7 @@ def _check_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor) -> N
         raise fail("matmul-contraction", f"{op}: stationary {stationary.describe()} and moving "
                                          f"{moving.describe()} contract over {k_s} vs {k_m} "
                                          "partitions")
-    m, n = free_size(stationary), free_size(moving)
+    m, n = free_size(stationary) // rows, free_size(moving) // rows
     if m > 128:
         raise fail("matmul-stationary-free", f"{op}: stationary {stationary.describe()} free "
                                              f"size {m} exceeds gemm_stationary_fmax 128")
@@ -111,9 +113,26 @@ def _check_perf_mode(perf_mode: Any, stationary: NkiTensor, moving: NkiTensor) -
                                         f"{role} is {x.describe()} ({targets.ISA}:582)")
 
 
-def _operand(t: NkiTensor) -> np.ndarray[Any, Any]:
+def _double_rows(perf_mode: Any, stationary: NkiTensor, moving: NkiTensor) -> int:
+    """2 under double_row: K is split between the partitions and a first free dim of 2.
+
+    isa/__init__.py:596-599: "the contraction dimension of the matmul is split between
+    the partition dimension and the first free dimension after the partition dimension
+    ... The first free dimension must be 2", e.g. stationary [128, 2, 1] and moving
+    [128, 2, 3] give a [1, 3] result.
+    """
+    if getattr(perf_mode, "name", "none") != "double_row":
+        return 1
+    for role, x in (("stationary", stationary), ("moving", moving)):
+        if len(x.shape) < 3 or x.shape[1] != 2:
+            raise fail("shape-mismatch", f"nc_matmul: perf_mode double_row needs {role} "
+                                         f"[K, 2, ...]; got {x.describe()} ({targets.ISA}:596)")
+    return 2
+
+
+def _operand(t: NkiTensor, rows: int = 1) -> np.ndarray[Any, Any]:
     a = read(t)
-    return a.reshape(t.shape[0], -1)
+    return a.reshape(t.shape[0] * rows, -1)
 
 
 def nc_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor,
@@ -126,9 +145,10 @@ def nc_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor,
     dst = on_chip(dst, "nc_matmul", "dst")
     stationary = on_chip(stationary, "nc_matmul", "stationary")
     moving = on_chip(moving, "nc_matmul", "moving")
-    _check_matmul(dst, stationary, moving)
     _check_perf_mode(perf_mode, stationary, moving)
-    s_arr, m_arr = _operand(stationary), _operand(moving)
+    rows = _double_rows(perf_mode, stationary, moving)
+    _check_matmul(dst, stationary, moving, rows)
+    s_arr, m_arr = _operand(stationary, rows), _operand(moving, rows)
     # fp32 operands are views of their SBUF tiles: pin them until the group runs.
     pins = [storage_of(t).alloc for t in (stationary, moving)
             if storage_of(t).arr.dtype == np.float32]

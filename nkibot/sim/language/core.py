@@ -218,15 +218,36 @@ def refuse_in_no_reorder(what: str) -> None:
 
 
 def program_id(axis: int = 0) -> int:
-    return current().program if axis == 0 else 0
+    """This program's index along `axis` of the launch grid (0 with no grid)."""
+    st = current()
+    if not st.grid:
+        return 0
+    _grid_axis(st.grid, axis)
+    return int(np.unravel_index(st.program, st.grid)[axis])
 
 
-def num_programs(axes: int = 0) -> int:
-    return current().lnc if axes in (0, None) else 1
+def num_programs(axes: Any = 0) -> int:
+    """Programs along `axes` (an axis or a tuple of them; None: the whole grid)."""
+    grid = current().grid
+    if axes is None:
+        return int(np.prod(grid)) if grid else 1
+    if not grid:
+        return 1
+    picked = (axes,) if isinstance(axes, int) else tuple(axes)
+    for a in picked:
+        _grid_axis(grid, a)
+    return int(np.prod([grid[a] for a in picked]))
 
 
 def program_ndim() -> int:
-    return 1 if current().lnc > 1 else 0
+    """Axes of the launch grid; 0 when launched without one."""
+    return len(current().grid)
+
+
+def _grid_axis(grid: tuple[int, ...], axis: int) -> None:
+    if not isinstance(axis, int) or not 0 <= axis < len(grid):
+        raise fail("out-of-bounds", f"launch grid axis {axis!r}: the grid {list(grid)} has "
+                                    f"{len(grid)} axis(es)")
 
 
 @contextlib.contextmanager
