@@ -169,7 +169,8 @@ def is_float(name: str) -> bool:
 def save_array(path: Path, array: np.ndarray[Any, Any]) -> ArrayFile:
     """Save `array` to `path` (.npy) and return its descriptor {file, dtype, shape}."""
     name = dtype_name(array.dtype)
-    data = np.ascontiguousarray(array)
+    # np.ascontiguousarray returns at least 1-d: a 0-d output (a loss) keeps its () shape
+    data = np.ascontiguousarray(array).reshape(array.shape)
     if name in _BITS:
         data = data.view(_BITS[name])
     np.save(path, data, allow_pickle=False)
@@ -261,4 +262,4 @@ def read_plain(path: Path, dtype: str, shape: list[int] | None = None, *,
     if shape is not None and list(data.shape) != list(shape):
         raise BadArrayFile(f"{path.name} has shape {list(data.shape)}, not {shape}")
     result = data.view(NUMPY_DTYPES[dtype]) if dtype in _BITS else data
-    return np.ascontiguousarray(result)
+    return np.ascontiguousarray(result).reshape(result.shape)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from nkibot.verify.protocol import to_kernel_dtype
+from nkibot.verify.protocol import NUMPY_DTYPES, load_array, save_array, to_kernel_dtype
 
 
 class TestToKernelDtype:
@@ -24,3 +26,16 @@ class TestToKernelDtype:
         """An int64 value that int32 cannot hold is an error, never silently wrapped."""
         with pytest.raises(ValueError, match="outside int32"):
             to_kernel_dtype(np.array([2**40], dtype=np.int64))
+
+
+class TestSaveArray:
+    @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32"])
+    def test_zero_d_output_keeps_its_shape(self, tmp_path: Path, dtype: str) -> None:
+        """A loss's 0-d result is saved and read back as (), not (1,) (np.ascontiguousarray
+        alone makes it 1-d, and the shape check then refused every 0-d reference)."""
+        value = np.array(3.0, dtype=NUMPY_DTYPES[dtype])
+        descriptor = save_array(tmp_path / "out.npy", value)
+        assert descriptor["shape"] == []
+        loaded = load_array(descriptor)
+        assert loaded.shape == ()
+        assert float(loaded.astype(np.float32)) == 3.0
