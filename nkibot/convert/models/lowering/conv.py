@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from nkibot.convert.models.lowering import depthwise
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.ir import Op, Ref
 from nkibot.convert.models.lowering.layout import LayoutError, Resolved
@@ -118,24 +119,52 @@ def _leaf(res: Resolved, arg: object, what: str) -> str:
 
 
 def emit_conv(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
+    """A lone conv, or a chain of convs each reading the previous one's result (e.g. a
+    depthwise-separable block): every conv but the last writes an fp32 HBM scratch tensor."""
     convs = [op for op in res.ops if op.op == "conv"]
-    if len(convs) != 1 or len(res.ops) != 1 or len(outputs) != 1:
-        raise LayoutError("a convolution with other ops in the graph (only a lone conv, with "
-                          "its bias, is lowered)")
-    op = convs[0]
-    x, w = _leaf(res, op.args[0], "input"), _leaf(res, op.args[1], "weight")
+    if len(convs) != len(res.ops) or len(outputs) != 1 or (
+            res.target(outputs[0].name) != convs[-1].name):
+        raise LayoutError("a convolution with other ops in the graph (a lone conv, or a "
+                          "chain of convs, each with its bias, is lowered)")
+    x = _leaf(res, convs[0].args[0], "input")
+    x_leaf = res.graph.leaf(x)
+    assert x_leaf is not None
+    source, shape, dtype = x, x_leaf.shape, x_leaf.dtype
+    for i, op in enumerate(convs):
+        prev = op.args[0]
+        if i and (not isinstance(prev, Ref) or res.target(prev.name) != convs[i - 1].name):
+            raise LayoutError("convolutions that do not form a chain")
+        out = outputs[0]
+        if i < len(convs) - 1:
+            out = Output(op.name, kernel.names.fresh("mid"), op.shape, "float32")
+            kernel.body.comment(f"{op.origin}'s result, read by the next convolution: an fp32 "
+                                "HBM scratch tensor")
+            kernel.body.line(f"{out.var} = nl.ndarray({op.shape!r}, dtype=nl.float32, "
+                             "buffer=nl.hbm)")
+        _emit_one(res, op, kernel, source, shape, dtype, out)
+        source, shape, dtype = out.var, op.shape, "float32"
+
+
+def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int, ...],
+              x_dtype: str, out: Output) -> None:
+    w = _leaf(res, op.args[1], "weight")
     bias = _leaf(res, op.args[2], "bias") if len(op.args) > 2 else None
-    x_leaf, w_leaf = res.graph.leaf(x), res.graph.leaf(w)
-    assert x_leaf is not None and w_leaf is not None
-    spec = conv_spec(op, x_leaf.shape, w_leaf.shape)
-    slab = _check(spec, x_leaf.dtype)
-    compute = nl_dtype(x_leaf.dtype) if x_leaf.dtype in ("bfloat16", "float16") and (
-        w_leaf.dtype == x_leaf.dtype) else "nl.float32"
-    tile_fn = _emit_tile_helper(kernel, spec, bias is not None, outputs[0].dtype, slab is not None)
+    w_leaf = res.graph.leaf(w)
+    assert w_leaf is not None
+    spec = conv_spec(op, x_shape, w_leaf.shape)
+    if depthwise.fits(spec):
+        depthwise.emit_depthwise(kernel, spec, op.origin, x, w, bias, out)
+        return
+    slab = _check(spec, x_dtype)
+    compute = nl_dtype(x_dtype) if x_dtype in ("bfloat16", "float16") and (
+        w_leaf.dtype == x_dtype) else "nl.float32"
+    kind = "transposed convolution" if spec.transposed else "convolution"
+    kernel.body.comment(f"{op.origin}: {kind}, groups={spec.groups}, {spec.taps} taps")
+    tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype, slab is not None)
     if slab is not None:
         slab_fn = _emit_slab_helper(kernel, spec, bias is not None, tile_fn, compute, slab)
         tile_fn = ""
-    _emit_body(kernel, spec, x, w, bias, outputs[0], tile_fn or slab_fn, compute, slab)
+    _emit_body(kernel, spec, x, w, bias, out, tile_fn or slab_fn, compute, slab)
 
 
 def _check(spec: ConvSpec, dtype: str) -> tuple[int, ...] | None:

@@ -22,7 +22,12 @@ CONVS = {
     "conv2d_asym_dilated": ("nn.Conv2d(4, 8, (3, 5), padding=(2, 1), dilation=(2, 1))",
                             (1, 4, 17, 23)),
     "conv2d_grouped": ("nn.Conv2d(8, 12, 3, groups=4, padding=1)", (2, 8, 12, 12)),
-    "conv2d_depthwise": ("nn.Conv2d(6, 6, 3, groups=6, bias=False)", (2, 6, 14, 18)),
+    # depthwise on the Vector Engine: rows ragged against the 126-row tile, bias, stride
+    "conv2d_depthwise": ("nn.Conv2d(6, 6, 3, groups=6, bias=False)", (23, 6, 14, 18)),
+    "conv2d_depthwise_strided": ("nn.Conv2d(5, 5, (3, 4), stride=(2, 1), padding=(1, 2), "
+                                 "dilation=(1, 2), groups=5)", (3, 5, 17, 20)),
+    "conv1d_depthwise": ("nn.Conv1d(128, 128, 5, padding=2, groups=128)", (3, 128, 50)),
+    "conv2d_depthwise_wide": ("nn.Conv2d(130, 130, 3, groups=130)", (1, 130, 9, 9)),  # PE path
     "conv2d_pointwise": ("nn.Conv2d(16, 140, 1)", (2, 16, 24, 30)),
     "conv2d_wide": ("nn.Conv2d(2, 4, 3)", (1, 2, 5, 600)),
     "conv3d": ("nn.Conv3d(3, 8, (3, 2, 3), padding=1)", (2, 3, 6, 7, 8)),
@@ -67,6 +72,40 @@ class TestConvSource:
         assert "self.conv" in lowered.source
         assert lowered.source.count("nisa.dma_copy(dst=w_sb") == 1
         assert "nisa.nc_matmul(acc" in lowered.source
+
+
+class TestDepthwiseAndChains:
+    def test_depthwise_runs_on_the_vector_engine(self) -> None:
+        """One channel per group: per-partition weights on the Vector Engine, no matmul."""
+        lowered = lower_ok(conv_task("conv2d_depthwise"))
+        assert "nisa.scalar_tensor_tensor" in lowered.source
+        assert "nc_matmul" not in lowered.source
+
+    def test_depthwise_over_128_channels_stays_on_the_pe(self) -> None:
+        lowered = lower_ok(conv_task("conv2d_depthwise_wide"))
+        assert "nc_matmul" in lowered.source
+
+    @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+    def test_depthwise_separable_chain(self, dtype: str) -> None:
+        """depthwise then pointwise (KernelBench 86): the first writes an HBM scratch tensor
+        the second reads; both are named in the source."""
+        init = ("        self.depthwise = nn.Conv2d(6, 6, 3, padding=1, groups=6, bias=False)\n"
+                "        self.pointwise = nn.Conv2d(6, 10, kernel_size=1)")
+        x = "x" if dtype == "float32" else "x.float()"
+        task = make_task(module_source(f"self.pointwise(self.depthwise({x}))", init=init),
+                         [(2, 6, 13, 17)], dtype)
+        lowered = lower_ok(task)
+        assert "buffer=nl.hbm" in lowered.source
+        assert "self.depthwise" in lowered.source and "self.pointwise" in lowered.source
+        check_on_sim(task)
+
+    def test_conv_then_elementwise_declined(self) -> None:
+        from nkibot.convert.models.lowering import Declined, lower_task
+
+        src = module_source("torch.relu(self.conv(x))",
+                            init="        self.conv = nn.Conv2d(3, 4, 3)")
+        result = lower_task(make_task(src, [(1, 3, 8, 8)]))
+        assert isinstance(result, Declined) and "other ops" in result.reason
 
 
 POOLS = {
