@@ -91,6 +91,7 @@ class ReferenceTrialReply(TypedDict):
     expected: list[ArrayFile]
     native_dtypes: list[str]
     native_error: str | None
+    ref_errors: NotRequired[list[float]]  # fp32 reference vs float64, per output
 
 
 class ReferenceReply(TypedDict):
