@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from nkibot.convert.models.lowering import groupnorm
 from nkibot.convert.models.lowering.builder import PMAX, Block, nl_dtype
 from nkibot.convert.models.lowering.ir import Op, Ref
 from nkibot.convert.models.lowering.layout import LayoutError, Resolved
@@ -48,6 +49,10 @@ def emit_blocknorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
         count = int(str(op.attr("count")))
         outer, (a, b) = math.prod(shape[:len(shape) - count]), _split(
             math.prod(shape[len(shape) - count:]))
+    if group and groupnorm.fits(shape[1], groups, math.prod(shape[2:])):
+        groupnorm.emit_groupnorm(kernel, op, x, [_leaf(res, arg) for arg in op.args[1:]],
+                                 outputs[0])
+        return
     if b * 4 > BLOCK_BUDGET:
         raise LayoutError(f"normalised blocks of {a} x {b} elements exceed the SBUF budget")
     params = [_leaf(res, arg) for arg in op.args[1:]]

@@ -246,6 +246,11 @@ class TestBlockNormOnSim:
         ("nn.LayerNorm(5000, elementwise_affine=False)", (4, 5000)),
         ("nn.GroupNorm(4, 12)", (3, 12, 30, 20)),
         ("nn.GroupNorm(2, 6, affine=False)", (2, 6, 2000)),
+        # rows on the partitions: 48 channels -> 96-row tiles, 5 batch elements ragged
+        ("nn.GroupNorm(8, 48)", (5, 48, 7, 9)),
+        ("nn.GroupNorm(1, 128)", (3, 128, 40)),
+        # over 128 channels: one group per tile, as before
+        ("nn.GroupNorm(2, 130)", (2, 130, 50)),
     ])
     def test_matches_torch(self, ctor: str, shape: tuple[int, ...]) -> None:
         """Blocks over several partitions: totals via a ones matmul, centred variance."""
@@ -254,6 +259,15 @@ class TestBlockNormOnSim:
             init += ("\n        nn.init.normal_(self.norm.weight)\n"
                      "        nn.init.normal_(self.norm.bias)")
         check_on_sim(make_task(module_source("self.norm(x)", init=init), [shape]))
+
+    def test_groupnorm_packs_batch_and_channels_on_partitions(self) -> None:
+        """KernelBench 35's 4-channel groups fill 128 partitions (not 4), weights loaded once."""
+        src = module_source("self.norm(x)", init="        self.norm = nn.GroupNorm(8, 32)")
+        lowered = lower_ok(make_task(src, [(9, 32, 6, 10)]))
+        assert "(128 rows a tile)" in lowered.source
+        assert lowered.source.count("nisa.dma_copy(dst=w_col") == 4  # 128 / 32 copies
+        check_on_sim(make_task(module_source("self.norm(x.float())", init=(
+            "        self.norm = nn.GroupNorm(8, 32)")), [(9, 32, 6, 10)], "bfloat16"))
 
     def test_weights_stay_resident_across_row_tiles(self) -> None:
         """nn.Linear's weight is transposed once per panel block, not once per M tile."""
