@@ -28,6 +28,10 @@ CONVS = {
                                  "dilation=(1, 2), groups=5)", (3, 5, 17, 20)),
     "conv1d_depthwise": ("nn.Conv1d(128, 128, 5, padding=2, groups=128)", (3, 128, 50)),
     "conv2d_depthwise_wide": ("nn.Conv2d(130, 130, 3, groups=130)", (1, 130, 9, 9)),  # PE path
+    # one input channel feeding 4 output channels (KernelBench 84 shrunk), 2 batch a tile
+    "conv2d_depthwise_mult": ("nn.Conv2d(8, 32, 3, padding=1, groups=8)", (5, 8, 10, 12)),
+    "conv2d_depthwise_mult_big": ("nn.Conv2d(32, 128, 3, groups=32, bias=False)",
+                                  (2, 32, 16, 9)),
     "conv2d_pointwise": ("nn.Conv2d(16, 140, 1)", (2, 16, 24, 30)),
     "conv2d_wide": ("nn.Conv2d(2, 4, 3)", (1, 2, 5, 600)),
     "conv3d": ("nn.Conv3d(3, 8, (3, 2, 3), padding=1)", (2, 3, 6, 7, 8)),
