@@ -34,6 +34,10 @@ CONVS = {
                                   (2, 32, 16, 9)),
     "conv2d_pointwise": ("nn.Conv2d(16, 140, 1)", (2, 16, 24, 30)),
     "conv2d_wide": ("nn.Conv2d(2, 4, 3)", (1, 2, 5, 600)),
+    # inner taps folded onto the partitions (3 x 11 = 33 rows), as KernelBench 50
+    "conv2d_cin3_k11": ("nn.Conv2d(3, 8, 11, stride=4, padding=2)", (2, 3, 47, 45)),
+    "conv1d_folded_dilated": ("nn.Conv1d(4, 6, 5, padding=3, dilation=2)", (2, 4, 33)),
+    "conv2d_no_fold": ("nn.Conv2d(64, 8, 3)", (1, 64, 9, 9)),  # 64 x 3 > 128 rows
     "conv3d": ("nn.Conv3d(3, 8, (3, 2, 3), padding=1)", (2, 3, 6, 7, 8)),
     "tconv1d": ("nn.ConvTranspose1d(6, 4, 3, stride=2, padding=1, output_padding=1)",
                 (2, 6, 19)),
@@ -74,8 +78,17 @@ class TestConvSource:
         """The kernel names nn.Conv2d in its comments and loads weights once per group."""
         lowered = lower_ok(conv_task("conv2d_grouped"))
         assert "self.conv" in lowered.source
-        assert lowered.source.count("nisa.dma_copy(dst=w_sb") == 1
+        # once per group: one DMA per inner tap (3), all before the batch loop
+        assert lowered.source.count("nisa.dma_copy(dst=w_sb") == 3
+        assert lowered.source.index("dst=w_sb[4:6") < lowered.source.index("for n in")
         assert "nisa.nc_matmul(acc" in lowered.source
+
+    def test_few_input_channels_fold_the_inner_taps_onto_partitions(self) -> None:
+        """3 input channels x 11 inner taps contract as 33 rows: 11 times fewer matmuls."""
+        lowered = lower_ok(conv_task("conv2d_cin3_k11"))
+        assert "w_sb[0:33," in lowered.source
+        assert "for k1 in" not in lowered.source and "for k0 in nl.affine_range(11)" in (
+            lowered.source)
 
 
 class TestDepthwiseAndChains:
