@@ -65,6 +65,67 @@ def emit_groupnorm(kernel: Kernel, op: Op, x: str, params: list[str], out: Outpu
     emit_grid(body, [Axis("r", rows, per)], f"{fn}({args}, {{r0}}, {{rsz}})", "affine_range")
 
 
+def _columns(body: Block, names: list[tuple[str, str]], c: int, per: int) -> None:
+    """[per, 1] columns holding one value per row (channel r % c), each loaded once."""
+    for col, tensor in names:
+        body.line(f"{col}_v = {tensor}.reshape(({c}, 1))")
+        body.line(f"{col} = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        for r in range(0, per, c):
+            body.line(f"nisa.dma_copy(dst={col}[{r}:{r + c}, 0:1], src={col}_v)")
+
+
+def emit_batchnorm(kernel: Kernel, op: Op, x: str, params: list[str], out: Output) -> None:
+    """BatchNorm in eval mode: out = x * s + t per channel, s = w / sqrt(var + eps) and
+    t = b - mean * s computed once as [R, 1] columns; one Scalar Engine `activation` a tile
+    with rows (batch x channels) on the partitions."""
+    shape = op.shape
+    n, c = shape[0], shape[1]
+    hw = 1
+    for d in shape[2:]:
+        hw *= d
+    rows, per = n * c, min(c * max(1, PMAX // c), n * c)
+    body = kernel.body
+    body.comment(f"{op.origin}: BatchNorm (running statistics), batch x channels on the "
+                 f"partitions ({per} rows a tile)")
+    body.line(f"x_v = {x}.reshape(({rows}, {hw}))")
+    body.line(f"out_v = {out.var}.reshape(({rows}, {hw}))")
+    names = [("mean_col", params[0]), ("var_col", params[1])]
+    if len(params) > 2:
+        names += [("w_col", params[2]), ("b_col", params[3])]
+    body.comment("per-row columns (channel r % C), loaded once")
+    _columns(body, names, c, per)
+    body.comment("scale = weight / sqrt(var + eps), shift = bias - mean * scale: once")
+    body.line("scale = nl.ndarray((" f"{per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line(f"nisa.tensor_scalar(dst=scale, data=var_col, op0=nl.add, "
+              f"operand0={float(str(op.attr('eps')))!r})")
+    body.line("nisa.activation(dst=scale, op=nl.rsqrt, data=scale)")
+    if len(params) > 2:
+        body.line("nisa.tensor_tensor(dst=scale, data1=scale, data2=w_col, op=nl.multiply)")
+    body.line(f"neg_mean = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line("nisa.tensor_scalar(dst=neg_mean, data=mean_col, op0=nl.multiply, "
+              "operand0=-1.0)")
+    body.line(f"shift = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    if len(params) > 2:
+        body.line("nisa.scalar_tensor_tensor(dst=shift, data=neg_mean, op0=nl.multiply, "
+                  "operand0=scale, op1=nl.add, operand1=b_col)")
+    else:
+        body.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
+    fn = kernel.names.fresh("batchnorm_rows")
+    blk = Block(depth=1)
+    blk.line(f"xt = nl.ndarray((p, {hw}), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.dma_copy(dst=xt, src=x_v[nl.ds(r0, p), 0:{hw}])")
+    blk.comment("out = x * scale + shift, on the Scalar Engine")
+    blk.line(f"y = nl.ndarray((p, {hw}), dtype={nl_dtype(out.dtype)}, buffer=nl.sbuf)")
+    blk.line("nisa.activation(dst=y, op=nl.copy, data=xt, scale=scale[0:p, 0:1], "
+             "bias=shift[0:p, 0:1])")
+    blk.line(f"nisa.dma_copy(dst=out_v[nl.ds(r0, p), 0:{hw}], src=y)")
+    kernel.helpers.append([f"def {fn}(x_v, out_v, scale, shift, r0, p):",
+                           f'    """{op.origin}: rows r0..r0+p, whole batch elements."""',
+                           *blk.lines])
+    emit_grid(body, [Axis("r", rows, per)], f"{fn}(x_v, out_v, scale, shift, {{r0}}, {{rsz}})",
+              "affine_range")
+
+
 def _emit_rows(kernel: Kernel, op: Op, hw: int, inv: float, eps: float, cols: list[str],
                out_dtype: str) -> str:
     fn = kernel.names.fresh("groupnorm_rows")

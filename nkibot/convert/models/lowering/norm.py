@@ -38,6 +38,10 @@ def emit_blocknorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
         raise LayoutError("a block normalisation with other ops in the graph")
     op = res.ops[0]
     x = _leaf(res, op.args[0])
+    if op.attr("kind") == "batch":
+        groupnorm.emit_batchnorm(kernel, op, x, [_leaf(res, arg) for arg in op.args[1:]],
+                                 outputs[0])
+        return
     shape = op.shape
     group = op.attr("kind") == "group"
     if group:

@@ -286,6 +286,14 @@ class TestBlockNormOnSim:
         check_on_sim(make_task(module_source("self.norm(x.float())", init=(
             "        self.norm = nn.GroupNorm(8, 32)")), [(9, 32, 6, 10)], "bfloat16"))
 
+    def test_batchnorm_is_one_scalar_engine_pass(self) -> None:
+        """Eval BatchNorm: scale and shift columns built once, one activation per row tile."""
+        src = module_source("self.bn(x)", init="        self.bn = nn.BatchNorm2d(32)")
+        lowered = lower_ok(make_task(src, [(8, 32, 16, 16)]))
+        assert "BatchNorm (running statistics)" in lowered.source
+        assert "(128 rows a tile)" in lowered.source
+        assert lowered.source.count("nisa.activation(dst=y, op=nl.copy") == 1
+
     def test_weights_stay_resident_across_row_tiles(self) -> None:
         """nn.Linear's weight is transposed once per panel block, not once per M tile."""
         src = module_source("self.fc(x)", init="        self.fc = nn.Linear(300, 200)")
