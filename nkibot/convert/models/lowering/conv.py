@@ -283,7 +283,12 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
         dst = ", ".join(f"{start}:{start + (count - 1) * d.up + 1}" + (f":{d.up}" if d.up > 1
                         else "") for d, (_, count, start) in zip(spec.dims, placed, strict=True))
         src = ", ".join(f"{first}:{first + count}" for first, count, _ in placed)
-        body.line(f"nisa.dma_copy(dst=x_sb[0:{cin_g}, {dst}], src=x_v[n, g, 0:{cin_g}, {src}])")
+        if any(d.up > 1 for d in spec.dims):
+            _scatter(body, spec, f"x_v[n, g, 0:{cin_g}, {src}]", f"x_sb[0:{cin_g}, {dst}]",
+                     [str(count) for _, count, _ in placed], compute)
+        else:
+            body.line(f"nisa.dma_copy(dst=x_sb[0:{cin_g}, {dst}], "
+                      f"src=x_v[n, g, 0:{cin_g}, {src}])")
     tiles = _tiles(spec)
     sp = _sp(spec)
     params = "x_sb, w_sb, " + ("b_v, " if bias is not None else "") + "out_v, n, g"
@@ -293,6 +298,18 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     emit_grid(body, axes, f"{tile_fn}({params}, {fields})", "affine_range")
     body.dedent()
     body.dedent()
+
+
+def _scatter(body: Block, spec: ConvSpec, src: str, dst: str, counts: list[str],
+             compute: str) -> None:
+    """Zero-insertion: the input loaded contiguously, then spread to its strided plane
+    positions by the GpSimd engine (an element-wise strided DMA write is one 4-byte
+    descriptor per element, the cost model's slowest DMA)."""
+    shape = ", ".join(str(c) for c in counts)
+    body.comment("zero-insertion: a contiguous load, then an on-chip strided copy (GpSimd)")
+    body.line(f"x_in = nl.ndarray(({spec.cin_g}, {shape}), dtype={compute}, buffer=nl.sbuf)")
+    body.line(f"nisa.dma_copy(dst=x_in, src={src})")
+    body.line(f"nisa.tensor_copy(dst={dst}, src=x_in, engine=nisa.engine.gpsimd)")
 
 
 def _emit_folded_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
@@ -446,8 +463,15 @@ def _emit_slab_helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, 
             for d, (_, count, start) in zip(rest, here, strict=True)])
         src = ", ".join(["nl.ds(i0, icount)"] + [f"{first}:{first + count}"
                                                   for first, count, _ in here])
-        blk.line(f"    nisa.dma_copy(dst=x_sb[{kk * cin}:{(kk + 1) * cin}, {dst}], "
-                 f"src=x_v[n, g, 0:{cin}, {src}])")
+        if any(d.up > 1 for d in spec.dims):
+            blk.indent()
+            _scatter(blk, spec, f"x_v[n, g, 0:{cin}, {src}]",
+                     f"x_sb[{kk * cin}:{(kk + 1) * cin}, {dst}]",
+                     ["icount", *(str(count) for _, count, _ in here)], compute)
+            blk.dedent()
+        else:
+            blk.line(f"    nisa.dma_copy(dst=x_sb[{kk * cin}:{(kk + 1) * cin}, {dst}], "
+                     f"src=x_v[n, g, 0:{cin}, {src}])")
     sp = _sp(spec)
     params = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g, z0"
     fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
