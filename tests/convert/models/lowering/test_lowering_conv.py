@@ -184,6 +184,24 @@ class TestScanOnSim:
         domain = "positive" if name == "cumprod" else "normal"  # cumprod_signed: any sign
         check_on_sim(make_task(module_source(expr, args), shapes), domain)
 
+    def test_cumprod_back_in_range_after_overflowing_fp32(self) -> None:
+        """PyTorch's CPU cumprod accumulates in double: 1e20 * 1e20 * 1e-20 is inf, then 1e20
+        again. The log|x| + sign form returns the same; a plain fp32 product stays inf."""
+        import numpy as np
+        import torch
+
+        from tests.convert.models.lowering.lowering_support import simulate
+
+        task = make_task(module_source("torch.cumprod(x, dim=1)"), [(3, 300)])
+        lowered = lower_ok(task)
+        x = np.random.default_rng(0).uniform(0.5, 1.5, (3, 300)).astype(np.float32)
+        x[:, 10], x[:, 11], x[:, 12] = 1e20, -1e20, 1e-20
+        x[2, 40] = 0.0
+        (got,) = simulate(lowered.source, lowered.function, [x])
+        want = torch.cumprod(torch.from_numpy(x), dim=1).numpy()
+        assert np.isinf(want[0, 11]) and np.isfinite(want[0, 12])
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-30)
+
     def test_bf16_matches_torch(self) -> None:
         """bf16 inputs scan in fp32 and store bf16."""
         check_on_sim(make_task(module_source("torch.cumsum(x, dim=-1)"), [(4, 150)], "bfloat16"),
