@@ -70,7 +70,8 @@ def judge(task: Task, reference: ReferenceSet, run: KernelRun) -> Judgement:
             continue
         for k, actual in enumerate(outputs):
             exp = Expected(values=reference.expected(t, k), dtype=ref.native_dtypes[k],
-                           trial=t, seed=ref.seed, label=ref.label, output=k)
+                           trial=t, seed=ref.seed, label=ref.label, output=k,
+                           ref_error=ref.ref_errors[k] if k < len(ref.ref_errors) else 0.0)
             tol = tolerance(task, reference, exp.dtype)
             stats = compare(exp, actual, dtype_name(actual.dtype), tol)
             trials.append(stats)

@@ -61,6 +61,8 @@ class ReferenceTrial:
     expected: list[ArrayFile]  # fp32-run outputs
     native_dtypes: list[str]  # PyTorch's output dtypes on the native inputs
     native_error: str | None = None
+    #: per output, max |fp32 reference - float64 run|: the reference's own rounding error
+    ref_errors: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -214,4 +216,6 @@ def _trial(index: int, raw: dict[str, Any], inputs: Path, expected: Path) -> Ref
         expected=[_own(expected, f"trial{index}_out{k}.npy", d)
                   for k, d in enumerate(raw["expected"])],
         native_dtypes=[str(d) for d in raw["native_dtypes"]],
-        native_error=raw.get("native_error"))
+        native_error=raw.get("native_error"),
+        ref_errors=[float(e) for e in raw.get("ref_errors", [])
+                    if isinstance(e, int | float) and math.isfinite(e) and e >= 0])

@@ -21,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 ADVERSARIAL = {"crash.py", "imports_torch.py", "nondeterministic.py", "reads_file.py",
                "seed_cache.py", "uses_exec.py"}
 #: Embedded sources that are scripts or deliberately broken, not verification kernels.
+#: Files whose strings mention kernels without being one (an .rst with code blocks, in
+#: the calibration bench's extraction test, is text, not a kernel file).
 NOT_KERNELS = {"tests/sim/test_sim_runtime.py", "tests/sim/test_sim_cli.py",
-               "nkibot/convert/agent/prompts.py"}
+               "nkibot/convert/agent/prompts.py", "tests/sim/cost/test_perf_calibration.py"}
 HEADER = ("import math\nimport nki\nimport nki.isa as nisa\nimport nki.language as nl\n"
           "import numpy as np\n\n\n")
 

@@ -45,3 +45,41 @@ class TestTritonReference:
         task = _triton_task().model_copy(update={"kind": "function"})
         with pytest.raises(ReferenceRunError):
             compute_reference(task, timeout_s=120.0)
+
+
+class TestReferenceErrors:
+    """The reference child reports each fp32 output's own error against a float64 run."""
+
+    def test_offset_matmul_error_is_measured_and_integers_get_none(self) -> None:
+        import torch
+
+        from nkibot.verify.children.torch_side import _reference_errors
+
+        class MatmulAndArgmax(torch.nn.Module):
+            def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                return a @ b, torch.argmax(a, dim=1)
+
+        gen = torch.Generator().manual_seed(0)
+        a = torch.rand((32, 2048), generator=gen) + 100
+        b = torch.rand((2048, 16), generator=gen) + 100
+        model = MatmulAndArgmax()
+        with torch.no_grad():
+            outputs = list(model(a, b))
+        errors = _reference_errors(model, [a, b], outputs)
+        exact = a.double() @ b.double()
+        assert errors[0] == pytest.approx(float((outputs[0].double() - exact).abs().max()))
+        assert errors[0] > 0.0  # sums near 2e7 in fp32 are off by whole units
+        assert errors[1] == 0.0
+
+    def test_a_model_without_float64_gets_no_slack(self) -> None:
+        import torch
+
+        from nkibot.verify.children.torch_side import _reference_errors
+
+        def refuses(x: torch.Tensor) -> torch.Tensor:
+            if x.dtype == torch.float64:
+                raise RuntimeError("no float64 kernel")
+            return x * 2
+
+        x = torch.ones(4)
+        assert _reference_errors(refuses, [x], [x * 2]) == [0.0]

@@ -122,6 +122,82 @@ class TestNearConstant:
         assert near_constant(e, TOL) is None
 
 
+class TestReferenceError:
+    """The fp32 reference's own error (against float64) bounds what fp32 can reach."""
+
+    @staticmethod
+    def _offset_matmul() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # KernelBench's offset +100 trial: every product ~1e4, sums of 2048 near 2e7
+        rng = np.random.default_rng(5)
+        a = (rng.random((64, 2048)) + 100).astype(np.float32)
+        b = (rng.random((2048, 96)) + 100).astype(np.float32)
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        ref = a @ b  # one fp32 summation order
+        blocked = np.zeros_like(ref)  # another: 128-row K blocks added in fp32 (PSUM)
+        for k in range(0, 2048, 128):
+            blocked += a[:, k:k + 128] @ b[k:k + 128]
+        return exact, ref, blocked
+
+    def test_offset_matmul_within_twice_the_references_error_passes(self) -> None:
+        exact, ref, blocked = self._offset_matmul()
+        ref_error = float(np.abs(ref - exact).max())
+        plain = _exp(ref)
+        with_error = Expected(values=ref, dtype="float32", trial=0, seed=0,
+                              label="offset +100", output=0, ref_error=ref_error)
+        assert near_constant(ref, TOL) is not None  # compared relatively
+        assert compare(with_error, blocked, "float32", TOL).passed
+        assert compare(plain, blocked, "float32", TOL).passed  # within ULP_FLOOR too
+
+    def test_cancellation_element_within_the_references_error(self) -> None:
+        """KernelBench 13 at x10: an element near 0 by cancellation between terms of ~1e3
+        carries their rounding; twice the reference's own error covers it, atol does not."""
+        e = np.array([[1000.0, 0.0]], dtype=np.float32)
+        a = np.array([[1000.0, 0.5]], dtype=np.float32)
+        assert not compare(_exp(e), a, "float32", TOL).passed
+        exp = Expected(values=e, dtype="float32", trial=0, seed=0, label="large magnitude",
+                       output=0, ref_error=0.3)
+        assert compare(exp, a, "float32", TOL).passed
+
+    def test_slack_does_not_pass_a_wrong_kernel(self) -> None:
+        """Off by far more than the reference's own error still fails, and a constant too."""
+        exact, ref, _ = self._offset_matmul()
+        ref_error = float(np.abs(ref - exact).max())
+        exp = Expected(values=ref, dtype="float32", trial=0, seed=0, label="offset +100",
+                       output=0, ref_error=ref_error)
+        assert not compare(exp, ref + 4 * ref_error, "float32", TOL).passed
+        assert not compare(exp, np.full_like(ref, float(np.median(ref))), "float32", TOL).passed
+
+    def test_slack_capped_by_the_outputs_loosest_tolerance(self) -> None:
+        """A wildly inexact reference does not open the tolerance beyond atol + rtol * max|e|."""
+        e = np.array([[1.0, 2.0]], dtype=np.float32)
+        exp = Expected(values=e, dtype="float32", trial=0, seed=0, label="normal", output=0,
+                       ref_error=10.0)
+        assert not compare(exp, e + 0.5, "float32", TOL).passed
+
+    def test_near_constant_negative_centre_gets_positive_ulps(self) -> None:
+        """Around -0.99 (softsign of x - 100) the floor is ULP_FLOOR ulps, not negative."""
+        rng = np.random.default_rng(6)
+        e = (-0.99 + rng.standard_normal((32, 8)) * 1e-5).astype(np.float32)
+        one_ulp = e + np.spacing(np.abs(e)).astype(np.float32)
+        assert compare(_exp(e), one_ulp, "float32", TOL).passed
+
+
+    def test_blocked_matvec_within_the_ulp_floor(self) -> None:
+        """KernelBench 4 at offset +100: 16 blocks of 128 added in fp32 are ~10 ulps off;
+        16 ulps pass it, while an error of a single term (~1e4) still fails."""
+        rng = np.random.default_rng(7)
+        a = (rng.random((256, 2048)) + 100).astype(np.float32)
+        b = (rng.random((2048, 1)) + 100).astype(np.float32)
+        ref = a @ b
+        blocked = np.zeros_like(ref)
+        for k in range(0, 2048, 128):
+            blocked += a[:, k:k + 128] @ b[k:k + 128]
+        assert near_constant(ref, TOL) is not None
+        assert compare(_exp(ref), blocked, "float32", TOL).passed
+        missing = blocked - a[:, :1] * b[:1]  # one product left out
+        assert not compare(_exp(ref), missing, "float32", TOL).passed
+
+
 class TestDtypeOk:
     def test_64_bit_outputs_accept_32_bit(self) -> None:
         """NKI has no 64-bit types, so float64/int64 references accept the 32-bit dtype."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from nkibot.convert.models.lowering import groupnorm
 from nkibot.convert.models.lowering.decompose import (
     HANDLERS,
     Handler,
@@ -130,10 +131,17 @@ def _batch_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
         raise Unsupported("aten.batch_norm.training", "batch statistics in training mode")
     mean, var = tensor(get(a, k, 1, "running_mean")), tensor(get(a, k, 2, "running_var"))
     eps = float(get(a, k, 7, "eps", 1e-5))  # type: ignore[arg-type]
+    weight, bias = get(a, k, 3, "weight"), get(a, k, 4, "bias")
+    shape = s.shape(x)
+    if len(shape) >= 3 and groupnorm.fits(shape[1], 1, math.prod(shape[2:])) and (
+            weight is not None) == (bias is not None):
+        # one per-row scale and shift, rows (batch x channels) on the partitions
+        params = [tensor(p) for p in (weight, bias) if p is not None]
+        return s.emit("blocknorm", x, mean, var, *params, shape=shape, last=True,
+                      kind="batch", eps=eps)
     view = _channel_view(s, x)
     mean_v = s.emit("view", mean, shape=view)
     inv = s.emit("rsqrt", s.add(s.emit("view", var, shape=view), eps))
-    weight, bias = get(a, k, 3, "weight"), get(a, k, 4, "bias")
     y = s.mul(s.sub(x, mean_v), inv, last=weight is None and bias is None)
     return _affine(s, y, weight, bias, view)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from nkibot.convert.models.lowering import groupnorm
 from nkibot.convert.models.lowering.builder import PMAX, Block, nl_dtype
 from nkibot.convert.models.lowering.ir import Op, Ref
 from nkibot.convert.models.lowering.layout import LayoutError, Resolved
@@ -37,6 +38,10 @@ def emit_blocknorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
         raise LayoutError("a block normalisation with other ops in the graph")
     op = res.ops[0]
     x = _leaf(res, op.args[0])
+    if op.attr("kind") == "batch":
+        groupnorm.emit_batchnorm(kernel, op, x, [_leaf(res, arg) for arg in op.args[1:]],
+                                 outputs[0])
+        return
     shape = op.shape
     group = op.attr("kind") == "group"
     if group:
@@ -48,6 +53,10 @@ def emit_blocknorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
         count = int(str(op.attr("count")))
         outer, (a, b) = math.prod(shape[:len(shape) - count]), _split(
             math.prod(shape[len(shape) - count:]))
+    if group and groupnorm.fits(shape[1], groups, math.prod(shape[2:])):
+        groupnorm.emit_groupnorm(kernel, op, x, [_leaf(res, arg) for arg in op.args[1:]],
+                                 outputs[0])
+        return
     if b * 4 > BLOCK_BUDGET:
         raise LayoutError(f"normalised blocks of {a} x {b} elements exceed the SBUF budget")
     params = [_leaf(res, arg) for arg in op.args[1:]]

@@ -6,6 +6,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from nkibot.convert.models.lowering.attention import emit_attention
 from nkibot.convert.models.lowering.builder import nl_dtype
 from nkibot.convert.models.lowering.conv import emit_conv
 from nkibot.convert.models.lowering.ir import Graph, Ref
@@ -141,7 +142,9 @@ def _lower(graph: Graph, entry: str, choices: dict[str, str]
                                     "as a () view")
             kernel.body.line(f"{out.var} = nl.ndarray({out.shape or (1,)!r}, "
                              f"dtype={nl_dtype(out.dtype)}, buffer=nl.shared_hbm)")
-        if any(op.op == "blocknorm" for op in res.ops):
+        if any(op.op == "attention" for op in res.ops):
+            emit_attention(res, outputs, kernel)
+        elif any(op.op == "blocknorm" for op in res.ops):
             emit_blocknorm(res, outputs, kernel)
         elif any(op.op == "scan" for op in res.ops):
             emit_scan(res, outputs, kernel)

@@ -5,8 +5,10 @@ scanned dim on the free side, so every load and store moves contiguous row segme
 (the triangular-matmul form must put L on partitions, which for a trailing dim is a
 4-byte-run strided DMA: 60x slower by the cost model). `nisa.tensor_tensor_scan` runs
 the recurrence `r[i] = data0[i] * r[i-1] + data1[i]` along each partition:
-cumsum takes data0 = 1, data1 = x; cumprod data0 = x, data1 = 0. Chunks of the row run
-in order with the last column as the next chunk's `initial` carry.
+cumsum takes data0 = 1, data1 = x. Chunks of the row run in order with the last column as
+the next chunk's `initial` carry. cumprod is `exp(cumsum(log|x|)) * cumprod(sign(x))`: the
+plain fp32 product overflows to inf where PyTorch's CPU cumprod, accumulated in double,
+comes back into range (KernelBench 90 under the x10 stress trial).
 
 - exclusive: the inclusive chunk shifted one column right, the carry in column 0 (exact);
 - reverse (cumsum): chunks from the end back; within a chunk the suffix sum is
@@ -25,7 +27,8 @@ CHUNK = 2048  # fp32 columns per tile: 8 KiB runs per partition (DMA efficiency 
 
 def row_scan_fits(op: Op, inner: int) -> bool:
     """The row form covers scans of the innermost dim (reverse cumprod stays on the PE)."""
-    return inner == 1 and not (op.attr("reverse") and op.attr("kind") == "prod")
+    return inner == 1 and not (op.attr("kind") == "prod" and (
+        op.attr("reverse") or op.attr("exclusive")))
 
 
 def emit_row_scan(kernel: Kernel, op: Op, x: str, mask: str | None, out: str,
@@ -42,10 +45,17 @@ def emit_row_scan(kernel: Kernel, op: Op, x: str, mask: str | None, out: str,
                  f"({'data0 = x, data1 = 0' if prod else 'data0 = 1, data1 = x'})")
     body.line(f"const_t = nl.full(({PMAX}, {chunk}), {fill}, dtype=nl.float32, "
               "buffer=nl.sbuf)")
+    if prod:
+        body.comment("cumprod as exp(cumsum(log|x|)) * cumprod(sign(x)): a plain fp32 product "
+                     "overflows to inf where PyTorch's CPU cumprod (accumulated in double) "
+                     "comes back into range")
+        body.line(f"ones_t = nl.full(({PMAX}, {chunk}), 1.0, dtype=nl.float32, "
+                  "buffer=nl.sbuf)")
     rows_fn = _emit_rows(kernel, op, mask is not None, length, chunk, out_dtype)
     m = "m_v, " if mask is not None else ""
+    consts = "const_t, ones_t" if prod else "const_t"
     emit_grid(body, [Axis("r", rows, PMAX)],
-              f"{rows_fn}(x_v, {m}out_v, const_t, {{r0}}, {{rsz}})", "affine_range")
+              f"{rows_fn}(x_v, {m}out_v, {consts}, {{r0}}, {{rsz}})", "affine_range")
 
 
 def _emit_rows(kernel: Kernel, op: Op, masked: bool, length: int, chunk: int,
@@ -55,13 +65,19 @@ def _emit_rows(kernel: Kernel, op: Op, masked: bool, length: int, chunk: int,
     chunk_fn = _emit_chunk(kernel, op, masked, out_dtype)
     blk = Block(depth=1)
     blk.line("carry = nl.ndarray((rsz, 1), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line(f"nisa.memset(dst=carry, value={1.0 if prod else 0.0})")
+    blk.line("nisa.memset(dst=carry, value=0.0)")
+    if prod:
+        blk.comment("carries: the running sum of log|x| (carry) and the running sign")
+        blk.line("sign_c = nl.ndarray((rsz, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.memset(dst=sign_c, value=1.0)")
     m = "m_v, " if masked else ""
-    args = f"x_v, {m}out_v, const_t, carry, r0, rsz"
+    consts = "const_t, ones_t" if prod else "const_t"
+    carries = "carry, sign_c" if prod else "carry"
+    args = f"x_v, {m}out_v, {consts}, {carries}, r0, rsz"
     blk.comment("the carry runs " + ("from the last chunk back" if reverse else
                                      "chunk by chunk") + " (sequential)")
     emit_chunk_loop(blk, chunk_fn, args, length, chunk, reverse)
-    kernel.helpers.append([f"def {fn}(x_v, {m}out_v, const_t, r0, rsz):",
+    kernel.helpers.append([f"def {fn}(x_v, {m}out_v, {consts}, r0, rsz):",
                            '    """Scans rows r0..r0+rsz along the whole scanned dim."""',
                            *blk.lines])
     return fn
@@ -91,6 +107,29 @@ def _emit_chunk(kernel: Kernel, op: Op, masked: bool, out_dtype: str) -> str:
         blk.line("m_t = nl.load(m_v[nl.ds(r0, rsz), nl.ds(l0, lsz)], dtype=nl.float32)")
         blk.line("x_t = nl.multiply(x_t, m_t)")
     blk.line("inc = nl.ndarray((rsz, lsz), dtype=nl.float32, buffer=nl.sbuf)")
+    if prod:
+        res = nl_dtype(out_dtype)
+        blk.comment("log|x| (Scalar Engine) summed, sign(x) multiplied, along the row")
+        blk.line("ax = nl.ndarray((rsz, lsz), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.activation(dst=ax, op=nl.abs, data=x_t)")
+        blk.line("nisa.activation(dst=ax, op=nl.log, data=ax)")
+        blk.line("nisa.tensor_tensor_scan(dst=inc, data0=ones_t[0:rsz, 0:lsz], data1=ax, "
+                 "initial=carry, op0=nl.multiply, op1=nl.add)")
+        blk.line("sg = nl.ndarray((rsz, lsz), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.activation(dst=sg, op=nl.sign, data=x_t)")
+        blk.line("nisa.tensor_tensor_scan(dst=sg, data0=sg, data1=const_t[0:rsz, 0:lsz], "
+                 "initial=sign_c, op0=nl.multiply, op1=nl.add)")
+        blk.line("nisa.tensor_copy(dst=carry, src=inc[0:rsz, lsz - 1:lsz])")
+        blk.line("nisa.tensor_copy(dst=sign_c, src=sg[0:rsz, lsz - 1:lsz])")
+        blk.line("nisa.activation(dst=inc, op=nl.exp, data=inc)")
+        blk.line(f"res = nl.ndarray((rsz, lsz), dtype={res}, buffer=nl.sbuf)")
+        blk.line("nisa.tensor_tensor(dst=res, data1=inc, data2=sg, op=nl.multiply)")
+        blk.line("nl.store(out_v[nl.ds(r0, rsz), nl.ds(l0, lsz)], res)")
+        kernel.helpers.append([f"def {fn}(x_v, out_v, const_t, ones_t, carry, sign_c, r0, rsz, "
+                               "l0, lsz):",
+                               f'    """{op.origin}: scanned positions l0..l0+lsz of rows '
+                               'r0..r0+rsz."""', *blk.lines])
+        return fn
     data0, data1 = ("x_t", "const_t[0:rsz, 0:lsz]") if prod else ("const_t[0:rsz, 0:lsz]", "x_t")
     initial = "0.0" if reverse else "carry"  # reverse: the chunk's own prefix, carry added below
     blk.line(f"nisa.tensor_tensor_scan(dst=inc, data0={data0}, data1={data1}, "

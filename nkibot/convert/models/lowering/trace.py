@@ -20,6 +20,7 @@ import torch
 import torch.fx as fx
 
 from nkibot.convert.models.lowering import (  # noqa: F401 - register handlers
+    attnops,
     composite,
     convops,
     losses,

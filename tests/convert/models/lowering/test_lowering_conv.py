@@ -22,9 +22,22 @@ CONVS = {
     "conv2d_asym_dilated": ("nn.Conv2d(4, 8, (3, 5), padding=(2, 1), dilation=(2, 1))",
                             (1, 4, 17, 23)),
     "conv2d_grouped": ("nn.Conv2d(8, 12, 3, groups=4, padding=1)", (2, 8, 12, 12)),
-    "conv2d_depthwise": ("nn.Conv2d(6, 6, 3, groups=6, bias=False)", (2, 6, 14, 18)),
+    # depthwise on the Vector Engine: rows ragged against the 126-row tile, bias, stride
+    "conv2d_depthwise": ("nn.Conv2d(6, 6, 3, groups=6, bias=False)", (23, 6, 14, 18)),
+    "conv2d_depthwise_strided": ("nn.Conv2d(5, 5, (3, 4), stride=(2, 1), padding=(1, 2), "
+                                 "dilation=(1, 2), groups=5)", (3, 5, 17, 20)),
+    "conv1d_depthwise": ("nn.Conv1d(128, 128, 5, padding=2, groups=128)", (3, 128, 50)),
+    "conv2d_depthwise_wide": ("nn.Conv2d(130, 130, 3, groups=130)", (1, 130, 9, 9)),  # PE path
+    # one input channel feeding 4 output channels (KernelBench 84 shrunk), 2 batch a tile
+    "conv2d_depthwise_mult": ("nn.Conv2d(8, 32, 3, padding=1, groups=8)", (5, 8, 10, 12)),
+    "conv2d_depthwise_mult_big": ("nn.Conv2d(32, 128, 3, groups=32, bias=False)",
+                                  (2, 32, 16, 9)),
     "conv2d_pointwise": ("nn.Conv2d(16, 140, 1)", (2, 16, 24, 30)),
     "conv2d_wide": ("nn.Conv2d(2, 4, 3)", (1, 2, 5, 600)),
+    # inner taps folded onto the partitions (3 x 11 = 33 rows), as KernelBench 50
+    "conv2d_cin3_k11": ("nn.Conv2d(3, 8, 11, stride=4, padding=2)", (2, 3, 47, 45)),
+    "conv1d_folded_dilated": ("nn.Conv1d(4, 6, 5, padding=3, dilation=2)", (2, 4, 33)),
+    "conv2d_no_fold": ("nn.Conv2d(64, 8, 3)", (1, 64, 9, 9)),  # 64 x 3 > 128 rows
     "conv3d": ("nn.Conv3d(3, 8, (3, 2, 3), padding=1)", (2, 3, 6, 7, 8)),
     "tconv1d": ("nn.ConvTranspose1d(6, 4, 3, stride=2, padding=1, output_padding=1)",
                 (2, 6, 19)),
@@ -65,8 +78,51 @@ class TestConvSource:
         """The kernel names nn.Conv2d in its comments and loads weights once per group."""
         lowered = lower_ok(conv_task("conv2d_grouped"))
         assert "self.conv" in lowered.source
-        assert lowered.source.count("nisa.dma_copy(dst=w_sb") == 1
+        # once per group: one DMA per inner tap (3), all before the batch loop
+        assert lowered.source.count("nisa.dma_copy(dst=w_sb") == 3
+        assert lowered.source.index("dst=w_sb[4:6") < lowered.source.index("for n in")
         assert "nisa.nc_matmul(acc" in lowered.source
+
+    def test_few_input_channels_fold_the_inner_taps_onto_partitions(self) -> None:
+        """3 input channels x 11 inner taps contract as 33 rows: 11 times fewer matmuls."""
+        lowered = lower_ok(conv_task("conv2d_cin3_k11"))
+        assert "w_sb[0:33," in lowered.source
+        assert "for k1 in" not in lowered.source and "for k0 in nl.affine_range(11)" in (
+            lowered.source)
+
+
+class TestDepthwiseAndChains:
+    def test_depthwise_runs_on_the_vector_engine(self) -> None:
+        """One channel per group: per-partition weights on the Vector Engine, no matmul."""
+        lowered = lower_ok(conv_task("conv2d_depthwise"))
+        assert "nisa.scalar_tensor_tensor" in lowered.source
+        assert "nc_matmul" not in lowered.source
+
+    def test_depthwise_over_128_channels_stays_on_the_pe(self) -> None:
+        lowered = lower_ok(conv_task("conv2d_depthwise_wide"))
+        assert "nc_matmul" in lowered.source
+
+    @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+    def test_depthwise_separable_chain(self, dtype: str) -> None:
+        """depthwise then pointwise (KernelBench 86): the first writes an HBM scratch tensor
+        the second reads; both are named in the source."""
+        init = ("        self.depthwise = nn.Conv2d(6, 6, 3, padding=1, groups=6, bias=False)\n"
+                "        self.pointwise = nn.Conv2d(6, 10, kernel_size=1)")
+        x = "x" if dtype == "float32" else "x.float()"
+        task = make_task(module_source(f"self.pointwise(self.depthwise({x}))", init=init),
+                         [(2, 6, 13, 17)], dtype)
+        lowered = lower_ok(task)
+        assert "buffer=nl.hbm" in lowered.source
+        assert "self.depthwise" in lowered.source and "self.pointwise" in lowered.source
+        check_on_sim(task)
+
+    def test_conv_then_elementwise_declined(self) -> None:
+        from nkibot.convert.models.lowering import Declined, lower_task
+
+        src = module_source("torch.relu(self.conv(x))",
+                            init="        self.conv = nn.Conv2d(3, 4, 3)")
+        result = lower_task(make_task(src, [(1, 3, 8, 8)]))
+        assert isinstance(result, Declined) and "other ops" in result.reason
 
 
 POOLS = {
@@ -127,6 +183,24 @@ class TestScanOnSim:
         shapes = [shape] * len(args.split(","))
         domain = "positive" if name == "cumprod" else "normal"  # cumprod_signed: any sign
         check_on_sim(make_task(module_source(expr, args), shapes), domain)
+
+    def test_cumprod_back_in_range_after_overflowing_fp32(self) -> None:
+        """PyTorch's CPU cumprod accumulates in double: 1e20 * 1e20 * 1e-20 is inf, then 1e20
+        again. The log|x| + sign form returns the same; a plain fp32 product stays inf."""
+        import numpy as np
+        import torch
+
+        from tests.convert.models.lowering.lowering_support import simulate
+
+        task = make_task(module_source("torch.cumprod(x, dim=1)"), [(3, 300)])
+        lowered = lower_ok(task)
+        x = np.random.default_rng(0).uniform(0.5, 1.5, (3, 300)).astype(np.float32)
+        x[:, 10], x[:, 11], x[:, 12] = 1e20, -1e20, 1e-20
+        x[2, 40] = 0.0
+        (got,) = simulate(lowered.source, lowered.function, [x])
+        want = torch.cumprod(torch.from_numpy(x), dim=1).numpy()
+        assert np.isinf(want[0, 11]) and np.isfinite(want[0, 12])
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-30)
 
     def test_bf16_matches_torch(self) -> None:
         """bf16 inputs scan in fp32 and store bf16."""
@@ -207,6 +281,11 @@ class TestBlockNormOnSim:
         ("nn.LayerNorm(5000, elementwise_affine=False)", (4, 5000)),
         ("nn.GroupNorm(4, 12)", (3, 12, 30, 20)),
         ("nn.GroupNorm(2, 6, affine=False)", (2, 6, 2000)),
+        # rows on the partitions: 48 channels -> 96-row tiles, 5 batch elements ragged
+        ("nn.GroupNorm(8, 48)", (5, 48, 7, 9)),
+        ("nn.GroupNorm(1, 128)", (3, 128, 40)),
+        # over 128 channels: one group per tile, as before
+        ("nn.GroupNorm(2, 130)", (2, 130, 50)),
     ])
     def test_matches_torch(self, ctor: str, shape: tuple[int, ...]) -> None:
         """Blocks over several partitions: totals via a ones matmul, centred variance."""
@@ -215,6 +294,23 @@ class TestBlockNormOnSim:
             init += ("\n        nn.init.normal_(self.norm.weight)\n"
                      "        nn.init.normal_(self.norm.bias)")
         check_on_sim(make_task(module_source("self.norm(x)", init=init), [shape]))
+
+    def test_groupnorm_packs_batch_and_channels_on_partitions(self) -> None:
+        """KernelBench 35's 4-channel groups fill 128 partitions (not 4), weights loaded once."""
+        src = module_source("self.norm(x)", init="        self.norm = nn.GroupNorm(8, 32)")
+        lowered = lower_ok(make_task(src, [(9, 32, 6, 10)]))
+        assert "(128 rows a tile)" in lowered.source
+        assert lowered.source.count("nisa.dma_copy(dst=w_col") == 4  # 128 / 32 copies
+        check_on_sim(make_task(module_source("self.norm(x.float())", init=(
+            "        self.norm = nn.GroupNorm(8, 32)")), [(9, 32, 6, 10)], "bfloat16"))
+
+    def test_batchnorm_is_one_scalar_engine_pass(self) -> None:
+        """Eval BatchNorm: scale and shift columns built once, one activation per row tile."""
+        src = module_source("self.bn(x)", init="        self.bn = nn.BatchNorm2d(32)")
+        lowered = lower_ok(make_task(src, [(8, 32, 16, 16)]))
+        assert "BatchNorm (running statistics)" in lowered.source
+        assert "(128 rows a tile)" in lowered.source
+        assert lowered.source.count("nisa.activation(dst=y, op=nl.copy") == 1
 
     def test_weights_stay_resident_across_row_tiles(self) -> None:
         """nn.Linear's weight is transposed once per panel block, not once per M tile."""

@@ -149,6 +149,15 @@ MIDDLE_AND_NCHW = {
                        "        self.bn.running_mean.normal_()\n"
                        "        self.bn.running_var.uniform_(0.5, 2.0)\n"
                        "        nn.init.normal_(self.bn.weight)"),
+    # 48 channels: 96-row tiles of whole batch elements, 5 of them ragged; no affine
+    "batchnorm_ragged_rows": ("self.bn(x)", (5, 48, 7, 3),
+                              "        self.bn = nn.BatchNorm2d(48, affine=False)\n"
+                              "        self.bn.running_mean.normal_()\n"
+                              "        self.bn.running_var.uniform_(0.5, 2.0)"),
+    "batchnorm1d_3d": ("self.bn(x)", (3, 20, 30),
+                       "        self.bn = nn.BatchNorm1d(20)\n"
+                       "        self.bn.running_mean.normal_()\n"
+                       "        nn.init.normal_(self.bn.bias)"),
     "instancenorm": ("self.norm(x)", (2, 16, 10, 10), "        self.norm = nn.InstanceNorm2d(16)"),
     "groupnorm_plain": ("self.norm(x)", (2, 16, 10, 10),
                         "        self.norm = nn.GroupNorm(4, 16, affine=False)"),

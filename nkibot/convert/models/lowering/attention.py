@@ -1,0 +1,223 @@
+"""Scaled dot-product attention, flash-style: softmax(Q K^T * scale) V in one pass over K/V.
+
+For each head g and each block of <= 128 query rows (the partitions of every tile here):
+
+- Q's block [p, E] is loaded once and transposed on the Tensor Engine into E-chunks of
+  <= 128 partitions: the stationary operands of the score matmul.
+- K and V stream through in tiles of <= 512 keys (`gemm_moving_fmax`, one fp32 PSUM bank
+  of scores per partition). K's rows are transposed on the PE into [E-chunk, keys]
+  moving operands; the scores S = Q K^T accumulate over the E-chunks in PSUM.
+- The softmax runs on the other engines: the row max on the Vector Engine, then
+  `exp(scale * S - m)` on the Scalar Engine with its row sums accumulated by the same
+  instruction. Across key tiles a running max m and sum l rescale the accumulator
+  (`alpha = exp(m_old - m_new)`), so only one tile of scores is ever live: any sequence
+  length fits SBUF.
+- P's [p, <=128] blocks are transposed on the PE and P V accumulates over the key blocks
+  in PSUM ([p, <=512] per bank of V's columns), then is folded into the SBUF accumulator.
+- The accumulator is divided by l once, at the end, and stored.
+
+bf16/fp16 inputs keep the Tensor Engine operands (Q, K, V and the probabilities P) in that
+dtype; scores, statistics and the accumulator are fp32. Hardware sizes: `nl.tile_size.pmax`
+(128 partitions), `gemm_stationary_fmax` (128), `gemm_moving_fmax` (512) and
+`psum_bank_fmax` (2 KiB of fp32 per partition per bank), from
+aws-neuron-sdk nki/api/nki.language.tile_size.rst.
+"""
+
+from __future__ import annotations
+
+import math
+
+from nkibot.convert.models.lowering.builder import PMAX, Block, nl_dtype
+from nkibot.convert.models.lowering.ir import Op, Ref
+from nkibot.convert.models.lowering.layout import LayoutError, Resolved
+from nkibot.convert.models.lowering.rowwise import Kernel, Output
+
+KV_TILE = 512  # keys per score tile: gemm_moving_fmax, one fp32 PSUM bank per partition
+V_COLS = 512  # V's columns per P V matmul: gemm_moving_fmax
+LOW = {"bfloat16", "float16"}
+
+
+def _leaf(res: Resolved, arg: object, what: str) -> tuple[str, str]:
+    """(kernel argument, dtype) of an attention operand: an input, possibly reshaped."""
+    if not isinstance(arg, Ref) or res.target(arg.name) not in res.views:
+        raise LayoutError(f"attention's {what} is computed; only inputs are lowered")
+    view = res.views[res.target(arg.name)]
+    if view.transposed or view.sliced:
+        raise LayoutError(f"attention's {what} is a transposed or sliced view")
+    return view.leaf.name, view.leaf.dtype
+
+
+def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
+    if len(res.ops) != 1 or len(outputs) != 1 or res.target(outputs[0].name) != res.ops[0].name:
+        raise LayoutError("attention with other ops in the graph (only a lone "
+                          "scaled_dot_product_attention is lowered)")
+    op = res.ops[0]
+    (q, qd), (k, kd), (v, vd) = (_leaf(res, a, w) for a, w in zip(op.args, "QKV", strict=True))
+    if len({qd, kd, vd}) != 1:
+        raise LayoutError(f"attention operands of mixed dtypes ({qd}, {kd}, {vd})")
+    qs, ks, vs = res.shape(q), res.shape(k), res.shape(v)
+    heads, length, emb = math.prod(op.shape[:-2]), qs[-2], qs[-1]
+    keys, ev = ks[-2], vs[-1]
+    compute = nl_dtype(qd) if qd in LOW else "nl.float32"
+    body = kernel.body
+    body.comment(f"{op.origin}: softmax(Q K^T * {op.attr('scale')!r}) V, {heads} heads of "
+                 f"{length} queries x {keys} keys, E={emb}, Ev={ev}")
+    body.line(f"q_v = {q}.reshape(({heads}, {length}, {emb}))")
+    body.line(f"k_v = {k}.reshape(({heads}, {keys}, {emb}))")
+    body.line(f"v_v = {v}.reshape(({heads}, {keys}, {ev}))")
+    body.line(f"out_v = {outputs[0].var}.reshape(({heads}, {length}, {ev}))")
+    dims = _Dims(emb, ev, float(str(op.attr("scale"))), compute, nl_dtype(outputs[0].dtype))
+    single = keys <= KV_TILE
+    first = _emit_step(kernel, op, dims, first=True, only=single)
+    later = first if single else _emit_step(kernel, op, dims, first=False, only=False)
+    rows = _emit_rows(kernel, dims, keys, first, later)
+    full, rem = divmod(length, PMAX)
+    body.line(f"for g in nl.affine_range({heads}):")
+    body.indent()
+    if full == 1:
+        body.line(f"{rows}(q_v, k_v, v_v, out_v, g, 0, {PMAX})")
+    elif full > 1:
+        body.line(f"for qt in nl.affine_range({full}):")
+        body.line(f"    {rows}(q_v, k_v, v_v, out_v, g, qt * {PMAX}, {PMAX})")
+    if rem:
+        body.line(f"{rows}(q_v, k_v, v_v, out_v, g, {full * PMAX}, {rem})")
+    body.dedent()
+
+
+class _Dims:
+    def __init__(self, emb: int, ev: int, scale: float, compute: str, out: str) -> None:
+        self.emb, self.ev, self.scale, self.compute, self.out = emb, ev, scale, compute, out
+        self.ke = -(-emb // PMAX)  # E-chunks on the partitions of the score matmul
+
+
+def _emit_rows(kernel: Kernel, d: _Dims, keys: int, first: str, later: str) -> str:
+    """Query rows q0..q0+p of head g: Q^T resident, the key tiles in order, then 1 / l."""
+    fn = kernel.names.fresh("attention_rows")
+    blk = Block(depth=1)
+    blk.comment("Q's block, transposed on the Tensor Engine into E-chunks (stationary operands); "
+                f"the copy out of PSUM (Scalar Engine) applies the scale {d.scale!r}")
+    blk.line(f"q_nat = nl.load(q_v[g, nl.ds(q0, p), 0:{d.emb}], dtype={d.compute})")
+    blk.line(f"q_t = nl.ndarray(({PMAX}, {d.ke}, p), dtype={d.compute}, buffer=nl.sbuf)")
+    for e in range(d.ke):
+        w = min(PMAX, d.emb - e * PMAX)
+        blk.line(f"qt_ps = nl.ndarray(({w}, p), dtype={d.compute}, buffer=nl.psum)")
+        blk.line(f"nisa.nc_transpose(qt_ps, q_nat[0:p, {e * PMAX}:{e * PMAX + w}])")
+        blk.line(f"nisa.activation(dst=q_t[0:{w}, {e}, 0:p], op=nl.copy, data=qt_ps, "
+                 f"scale={d.scale!r})")
+    single = keys <= KV_TILE
+    blk.comment("running -max of the scaled scores (neg_m), row sum l" + (
+        " and the normalised output o" if single else " and the unnormalised output o (fp32)"))
+    blk.line("neg_m = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line("l = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"o = nl.ndarray((p, {d.ev}), dtype={d.out if single else 'nl.float32'}, "
+             "buffer=nl.sbuf)")
+    args = "q_t, k_v, v_v, neg_m, l, o, g, p"
+    full, rem = divmod(keys, KV_TILE)
+    if single:
+        blk.line(f"{first}({args}, 0, {keys})")
+        blk.line(f"nl.store(out_v[g, nl.ds(q0, p), 0:{d.ev}], o)")
+    else:
+        blk.line(f"{first}({args}, 0, {KV_TILE})")
+        if full > 1:
+            blk.comment("later key tiles rescale what the earlier ones accumulated")
+            blk.line(f"for kt in nl.sequential_range({full - 1}):")
+            blk.line(f"    {later}({args}, (kt + 1) * {KV_TILE}, {KV_TILE})")
+        if rem:
+            blk.line(f"{later}({args}, {full * KV_TILE}, {rem})")
+        blk.comment("softmax denominator, once: out = o / l")
+        blk.line("inv_l = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.reciprocal(inv_l, l)")
+        blk.line(f"res = nl.ndarray((p, {d.ev}), dtype={d.out}, buffer=nl.sbuf)")
+        blk.line("nisa.tensor_scalar(dst=res, data=o, op0=nl.multiply, operand0=inv_l)")
+        blk.line(f"nl.store(out_v[g, nl.ds(q0, p), 0:{d.ev}], res)")
+    kernel.helpers.append([f"def {fn}(q_v, k_v, v_v, out_v, g, q0, p):",
+                           '    """Query rows q0..q0+p of head g, over every key tile."""',
+                           *blk.lines])
+    return fn
+
+
+def _emit_step(kernel: Kernel, op: Op, d: _Dims, first: bool, only: bool) -> str:
+    """One key tile k0..k0+st: scores, softmax statistics, P V into the accumulator.
+
+    `first`: no earlier tile to rescale; `only`: the single tile, whose P V is normalised
+    straight out of PSUM into the output tile `o`.
+    """
+    fn = kernel.names.fresh("attention_first" if first else "attention_step")
+    blk = Block(depth=1)
+    cd = d.compute
+    blk.comment("K's rows transposed on the PE into [E-chunk, keys] (moving operands); "
+                "V's rows as they are")
+    blk.line(f"k_t = nl.ndarray(({PMAX}, {d.ke}, st), dtype={cd}, buffer=nl.sbuf)")
+    blk.line(f"v_sb = nl.ndarray(({PMAX}, (st + {PMAX - 1}) // {PMAX}, {d.ev}), dtype={cd}, "
+             "buffer=nl.sbuf)")
+    blk.line(f"for c in range((st + {PMAX - 1}) // {PMAX}):")
+    blk.line(f"    w = min({PMAX}, st - c * {PMAX})")
+    blk.line(f"    k_nat = nl.load(k_v[g, nl.ds(k0 + c * {PMAX}, w), 0:{d.emb}], dtype={cd})")
+    for e in range(d.ke):
+        ew = min(PMAX, d.emb - e * PMAX)
+        blk.line(f"    kt_ps = nl.ndarray(({ew}, w), dtype={cd}, buffer=nl.psum)")
+        blk.line(f"    nisa.nc_transpose(kt_ps, k_nat[0:w, {e * PMAX}:{e * PMAX + ew}])")
+        blk.line(f"    nisa.tensor_copy(dst=k_t[0:{ew}, {e}, nl.ds(c * {PMAX}, w)], src=kt_ps)")
+    blk.line(f"    nisa.dma_copy(dst=v_sb[0:w, c, 0:{d.ev}], "
+             f"src=v_v[g, nl.ds(k0 + c * {PMAX}, w), 0:{d.ev}])")
+    blk.comment(f"{op.origin}: scores S = (scale Q) K^T, contracted over E on the partitions "
+                "(fp32 PSUM)")
+    blk.line("s_ps = nl.ndarray((p, st), dtype=nl.float32, buffer=nl.psum)")
+    for e in range(d.ke):
+        ew = min(PMAX, d.emb - e * PMAX)
+        blk.line(f"nisa.nc_matmul(s_ps, q_t[0:{ew}, {e}, 0:p], k_t[0:{ew}, {e}, 0:st])")
+    if first:
+        blk.comment("softmax: -max of the row on the Vector Engine")
+        blk.line("nisa.tensor_reduce(dst=neg_m, op=nl.maximum, data=s_ps, axis=1, negate=True)")
+        sums = "l"
+    else:
+        blk.comment("softmax: the new running -max, and alpha = exp(m_old - m_new) to rescale "
+                    "what earlier key tiles accumulated")
+        blk.line("neg_t = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.tensor_reduce(dst=neg_t, op=nl.maximum, data=s_ps, axis=1, negate=True)")
+        blk.line("neg_new = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.tensor_tensor(dst=neg_new, data1=neg_t, data2=neg_m, op=nl.minimum)")
+        blk.line("alpha = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.activation(dst=alpha, op=nl.exp, data=neg_m, bias=neg_new, scale=-1.0)")
+        blk.line("nisa.tensor_copy(dst=neg_m, src=neg_new, engine=nisa.engine.gpsimd)")
+        blk.line("rs = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        sums = "rs"
+    blk.comment("P = exp(S - m) on the Scalar Engine, its row sums from the same instruction")
+    blk.line(f"prob = nl.ndarray((p, st), dtype={cd}, buffer=nl.sbuf)")
+    blk.line("nisa.activation(dst=prob, op=nl.exp, data=s_ps, bias=neg_m, "
+             f"reduce_op=nl.add, reduce_res={sums})")
+    if not first:
+        blk.line("nisa.tensor_scalar(dst=l, data=l, op0=nl.multiply, operand0=alpha, "
+                 "op1=nl.add, operand1=rs)")
+    if only:
+        blk.line("inv_l = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.reciprocal(inv_l, l)")
+    blk.comment("P's [p, keys] blocks transposed on the PE (copied out by the Scalar Engine): "
+                "the stationary operands of P V")
+    blk.line(f"p_t = nl.ndarray(({PMAX}, (st + {PMAX - 1}) // {PMAX}, p), dtype={cd}, "
+             "buffer=nl.sbuf)")
+    blk.line(f"for c in range((st + {PMAX - 1}) // {PMAX}):")
+    blk.line(f"    w = min({PMAX}, st - c * {PMAX})")
+    blk.line(f"    pt_ps = nl.ndarray((w, p), dtype={cd}, buffer=nl.psum)")
+    blk.line(f"    nisa.nc_transpose(pt_ps, prob[0:p, nl.ds(c * {PMAX}, w)])")
+    blk.line("    nisa.activation(dst=p_t[0:w, c, 0:p], op=nl.copy, data=pt_ps)")
+    for c0 in range(0, d.ev, V_COLS):
+        cw = min(V_COLS, d.ev - c0)
+        cols = f"{c0}:{c0 + cw}"
+        blk.comment(f"{op.origin}: P V for V's columns {cols}, accumulated over the key blocks")
+        blk.line(f"pv_ps = nl.ndarray((p, {cw}), dtype=nl.float32, buffer=nl.psum)")
+        blk.line(f"for c in range((st + {PMAX - 1}) // {PMAX}):")
+        blk.line(f"    w = min({PMAX}, st - c * {PMAX})")
+        blk.line(f"    nisa.nc_matmul(pv_ps, p_t[0:w, c, 0:p], v_sb[0:w, c, {cols}])")
+        if only:
+            blk.line(f"nisa.tensor_scalar(dst=o[0:p, {cols}], data=pv_ps, op0=nl.multiply, "
+                     "operand0=inv_l)")
+        elif first:
+            blk.line(f"nisa.tensor_copy(dst=o[0:p, {cols}], src=pv_ps)")
+        else:
+            blk.line(f"nisa.scalar_tensor_tensor(dst=o[0:p, {cols}], data=o[0:p, {cols}], "
+                     "op0=nl.multiply, operand0=alpha, op1=nl.add, operand1=pv_ps)")
+    kernel.helpers.append([f"def {fn}(q_t, k_v, v_v, neg_m, l, o, g, p, k0, st):",
+                           '    """Keys k0..k0+st of head g for the resident query rows."""',
+                           *blk.lines])
+    return fn
