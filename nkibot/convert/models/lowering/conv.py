@@ -219,6 +219,20 @@ def _slab(d: Dim, rows: int) -> int:
     return (rows - 1) * d.step + (d.taps - 1) * d.dil + 1
 
 
+
+def _emit_bands(body: Block, spec: ConvSpec, rows: int, has_bias: bool, tile_fn: str) -> None:
+    """Bands of `rows` output rows, each loading the input rows it reads; closes the batch
+    and group loops the caller opened."""
+    d0 = spec.dims[0]
+    body.comment(f"bands of {rows} output rows; each loads the input rows it reads")
+    head = "x_v, w_sb, " + ("b_v, " if has_bias else "") + "out_v, n, g"
+    for z0 in range(0, d0.size_out, rows):
+        zsz = min(rows, d0.size_out - z0)
+        first, count, start = _band(d0, z0, zsz)
+        body.line(f"{tile_fn}({head}, {z0}, {zsz}, {first}, {count}, {start})")
+    body.dedent()
+    body.dedent()
+
 def _band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
     """(first input row, count, slab row it lands on) for output rows z0..z0+zsz."""
     lo, hi = z0 * d.step, z0 * d.step + _slab(d, zsz)
@@ -260,15 +274,7 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
     if slab is not None:
-        d0 = spec.dims[0]
-        body.comment(f"bands of {slab[0]} output rows; each loads the input rows it reads")
-        head = "x_v, w_sb, " + ("b_v, " if bias is not None else "") + "out_v, n, g"
-        for z0 in range(0, d0.size_out, slab[0]):
-            zsz = min(slab[0], d0.size_out - z0)
-            first, count, start = _band(d0, z0, zsz)
-            body.line(f"{tile_fn}({head}, {z0}, {zsz}, {first}, {count}, {start})")
-        body.dedent()
-        body.dedent()
+        _emit_bands(body, spec, slab[0], bias is not None, tile_fn)
         return
     what = "zero-inserted, padded" if spec.transposed else "zero-padded"
     body.comment(f"the {what} input plane of batch n, group g: loaded once")
@@ -348,15 +354,7 @@ def _emit_folded_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str 
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
     if slab is not None:
-        d0 = spec.dims[0]
-        body.comment(f"bands of {slab[0]} output rows; each loads the input rows it reads")
-        head = "x_v, w_sb, " + ("b_v, " if bias is not None else "") + "out_v, n, g"
-        for z0 in range(0, d0.size_out, slab[0]):
-            zsz = min(slab[0], d0.size_out - z0)
-            first, count, start = _band(d0, z0, zsz)
-            body.line(f"{tile_fn}({head}, {z0}, {zsz}, {first}, {count}, {start})")
-        body.dedent()
-        body.dedent()
+        _emit_bands(body, spec, slab[0], bias is not None, tile_fn)
         return
     what = "zero-inserted, padded" if spec.transposed else "zero-padded"
     last = spec.dims[-1]
