@@ -130,17 +130,23 @@ def dead_copy(x, keep_copy=False):
     return out
 
 
-@nki.jit
-def dead_chain(x):
-    """A two-instruction chain whose end result is never read: both are dead."""
+def _pair(x, store_result):
+    """x * 2 + 1 as two VectorE ops, the second reading what the first wrote; stores the
+    result, or (store_result=False) the loaded input, leaving the pair unread."""
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.load(x)
     a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
     nisa.tensor_scalar(dst=a, data=t, op0=nl.multiply, operand0=2.0)
     b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
     nisa.tensor_scalar(dst=b, data=a, op0=nl.add, operand0=1.0)
-    nl.store(out, value=t)
+    nl.store(out, value=b if store_result else t)
     return out
+
+
+@nki.jit
+def dead_chain(x):
+    """A two-instruction chain whose end result is never read: both are dead."""
+    return _pair(x, store_result=False)
 
 
 @nki.jit
@@ -175,11 +181,4 @@ def register_sum(x):
 @nki.jit
 def dependent_pair(x):
     """Two VectorE ops back to back, the second reading what the first wrote."""
-    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    t = nl.load(x)
-    a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=a, data=t, op0=nl.multiply, operand0=2.0)
-    b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=b, data=a, op0=nl.add, operand0=1.0)
-    nl.store(out, value=b)
-    return out
+    return _pair(x, store_result=True)

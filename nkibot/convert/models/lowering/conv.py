@@ -233,6 +233,20 @@ def _emit_bands(body: Block, spec: ConvSpec, rows: int, has_bias: bool, tile_fn:
     body.dedent()
     body.dedent()
 
+
+def _emit_tile_grid(body: Block, spec: ConvSpec, cout_g: int, has_bias: bool,
+                    tile_fn: str) -> None:
+    """The output tiles over the loaded plane x_sb (channels x positions); closes the batch
+    and group loops the caller opened."""
+    sp = _sp(spec)
+    params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + "out_v, n, g"
+    fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
+    axes = [Axis("c", cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
+        sp, spec.dims, _tiles(spec), strict=True)]
+    emit_grid(body, axes, f"{tile_fn}({params}, {fields})", "affine_range")
+    body.dedent()
+    body.dedent()
+
 def _band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
     """(first input row, count, slab row it lands on) for output rows z0..z0+zsz."""
     lo, hi = z0 * d.step, z0 * d.step + _slab(d, zsz)
@@ -295,15 +309,7 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
         else:
             body.line(f"nisa.dma_copy(dst=x_sb[0:{cin_g}, {dst}], "
                       f"src=x_v[n, g, 0:{cin_g}, {src}])")
-    tiles = _tiles(spec)
-    sp = _sp(spec)
-    params = "x_sb, w_sb, " + ("b_v, " if bias is not None else "") + "out_v, n, g"
-    fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
-    axes = [Axis("c", cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
-        sp, spec.dims, tiles, strict=True)]
-    emit_grid(body, axes, f"{tile_fn}({params}, {fields})", "affine_range")
-    body.dedent()
-    body.dedent()
+    _emit_tile_grid(body, spec, cout_g, bias is not None, tile_fn)
 
 
 def _scatter(body: Block, spec: ConvSpec, src: str, dst: str, counts: list[str],
@@ -372,15 +378,7 @@ def _emit_folded_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str 
         src = ", ".join(f"{f}:{f + c}" for f, c, _ in here)
         body.line(f"nisa.dma_copy(dst=x_sb[{kk * cin_g}:{(kk + 1) * cin_g}, {dst}], "
                   f"src=x_v[n, g, 0:{cin_g}, {src}])")
-    tiles = _tiles(spec)
-    sp = _sp(spec)
-    params = "x_sb, w_sb, " + ("b_v, " if bias is not None else "") + "out_v, n, g"
-    fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
-    axes = [Axis("c", cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
-        sp, spec.dims, tiles, strict=True)]
-    emit_grid(body, axes, f"{tile_fn}({params}, {fields})", "affine_range")
-    body.dedent()
-    body.dedent()
+    _emit_tile_grid(body, spec, cout_g, bias is not None, tile_fn)
 
 
 def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
