@@ -12,6 +12,9 @@ one line per task as it finishes, then per category: verified / declined / faile
 seconds per task, and tokens used. A crash on one task is recorded as a failure and the
 suite goes on.
 
+`--estimate` lowers each task and times the kernel with the cost model on zero inputs
+(no verification, seconds per task): the roofline fractions of what the lowering emits.
+
 `--max-input-elements N` converts a shrunk copy of each file (`bench/shrink.py`: its
 top-level size constants halved until every input has at most N elements; the file
 itself is untouched); a task that cannot shrink that far is reported as `too_big` and
@@ -138,6 +141,54 @@ def lower_only(path: Path, root: Path, entry: str, max_elements: int | None) -> 
                    f"{len(result.source.splitlines())} lines", shrunk=note, lower_s=lower_s)
 
 
+KERNEL_DTYPES = {"int64": "int32", "float64": "float32"}  # NKI's calling convention
+
+
+def estimate_only(path: Path, root: Path, entry: str, max_elements: int | None,
+                  target: str = "trn1") -> Outcome:
+    """The lowering's kernel timed by the cost model on zero inputs: no verification.
+
+    A quick look at roofline fractions (seconds per task, matmul arithmetic skipped);
+    the figures are the same model estimates a verified run reports, but the kernel's
+    numbers are not checked, so a row here is `lowered`, never `verified`.
+    """
+    import types
+
+    from nkibot.sim import activate
+    from nkibot.sim.cost import estimate
+
+    outcome = lower_only(path, root, entry, max_elements)
+    if outcome.status != "lowered":
+        return outcome
+    started = time.monotonic()
+    try:
+        source = path.read_text(encoding="utf-8", errors="replace")
+        if max_elements is not None:
+            source = shrink_source(source, max_elements).source
+        from nkibot.convert.models.lowering import Lowered, lower_task
+
+        task = meta_task(source, str(path), entry)
+        lowered = lower_task(task)
+        assert isinstance(lowered, Lowered)
+        module = types.ModuleType("lowered_kernel")
+        with activate(force=True, target=target):
+            exec(compile(lowered.source, "lowered_kernel.py", "exec"), module.__dict__)
+        shapes = [(tuple(spec.shape), KERNEL_DTYPES.get(spec.dtype, spec.dtype))
+                  for spec in [*task.inputs, *task.state_dict] if spec.value is None]
+        report = estimate(module.__dict__[lowered.function], *shapes, target=target)
+    except Exception as exc:  # the suite reports crashes, it does not stop on them
+        return Outcome(outcome.path, outcome.category, "failed",
+                       outcome.seconds + time.monotonic() - started, 0,
+                       f"estimate crashed: {type(exc).__name__}: {exc}"[:200],
+                       shrunk=outcome.shrunk, lower_s=outcome.lower_s)
+    return Outcome(outcome.path, outcome.category, "lowered",
+                   outcome.seconds + time.monotonic() - started, 0,
+                   f"model estimate ({target}), not verified: {report.makespan_us:.1f} us, "
+                   f"bottleneck {report.critical_engine}", report.dma_bytes,
+                   minimum_bytes(source), outcome.shrunk, outcome.lower_s,
+                   report.roofline_fraction)
+
+
 async def convert_one(path: Path, root: Path, entry: str, model: str, backend: str,
                       max_elements: int | None = None) -> Outcome:
     from nkibot.config.settings import Settings
@@ -220,13 +271,14 @@ def table(outcomes: list[Outcome]) -> str:
 
 def roofline_summary(outcomes: list[Outcome]) -> str:
     """Roofline fractions of the verified kernels (cost model estimate, not a measurement)."""
-    values = sorted(o.roofline for o in outcomes if o.status == "verified"
+    kind = "verified" if any(o.status == "verified" for o in outcomes) else "lowered"
+    values = sorted(o.roofline for o in outcomes if o.status == kind
                     and o.roofline is not None)
     if not values:
         return "roofline fraction: no verified kernel carries a cost-model estimate"
     mid = values[len(values) // 2]
     return (f"roofline fraction (model estimate, trn1, not a measurement) over {len(values)} "
-            f"verified: min {values[0]:.3f}  median {mid:.3f}  max {values[-1]:.3f}; "
+            f"{kind}: min {values[0]:.3f}  median {mid:.3f}  max {values[-1]:.3f}; "
             f">=0.5: {sum(1 for v in values if v >= 0.5)}, <0.1: "
             f"{sum(1 for v in values if v < 0.1)}")
 
@@ -251,7 +303,9 @@ async def run(args: argparse.Namespace) -> list[Outcome]:
     root = Path(args.dir)
     outcomes = []
     for path in task_files(root, args.entry, args.match):
-        if args.lower_only:
+        if args.estimate:
+            outcome = estimate_only(path, root, args.entry, args.max_input_elements)
+        elif args.lower_only:
             outcome = lower_only(path, root, args.entry, args.max_input_elements)
         else:
             outcome = await convert_one(path, root, args.entry, args.model, args.backend,
@@ -284,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write per-task outcomes here")
     parser.add_argument("--lower-only", action="store_true",
                         help="only the lowering's decision (lowered/declined), no verification")
+    parser.add_argument("--estimate", action="store_true",
+                        help="lower and time each kernel with the cost model on zero inputs "
+                             "(trn1 model estimate, roofline fraction), no verification")
     parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                         help="print the table of earlier --json files (later ones win)")
     parser.add_argument("--max-input-elements", type=int, default=None, metavar="N",
