@@ -116,13 +116,25 @@ def harness_env(task: Task) -> dict[str, str] | None:
 
 
 def reference_path(task: Task, scratch: Path) -> Path:
-    """The reference file to import: the original on disk, else its source written out."""
-    if task.reference_file and Path(task.reference_file).is_file():
+    """The reference file to import: the original on disk, else its source written out.
+
+    The child sees the original's folder (its sibling modules import), except when that
+    folder holds the runner's own scratch (the temp root, or `/`): shown read-only it would
+    cover the mount points of the run's writable folders, and show other runs' files.
+    """
+    if task.reference_file and Path(task.reference_file).is_file() and shareable_folder(
+            Path(task.reference_file).parent):
         return Path(task.reference_file)
     name = Path(task.source_path).name if task.source_path.endswith(".py") else "reference.py"
     path = scratch / name
     path.write_text(task.reference_source, encoding="utf-8")
     return path
+
+
+def shareable_folder(folder: Path) -> bool:
+    """Whether a sandboxed child may be shown `folder`: not the temp root or one above it."""
+    temp, found = Path(tempfile.gettempdir()).resolve(), folder.resolve()
+    return found != temp and found not in temp.parents
 
 
 def overflow_x(dtypes: Sequence[str]) -> float:

@@ -134,3 +134,25 @@ class TestDescribeKernelArgs:
         args = describe_kernel_args(task)
         assert [a.name for a in args] == ["x", "layer_0_weight", "layer_0_weight_", "x_"]
         assert [a.key for a in args[1:]] == ["layer.0.weight", "layer_0.weight", "x"]
+
+
+class TestModuleInTempRoot:
+    def test_module_directly_in_the_temp_root_loads_and_runs(self) -> None:
+        """A module saved straight into /tmp loads and its reference runs: the child gets a
+        copy, since binding /tmp read-only would hide the run's own writable folders."""
+        import tempfile
+
+        from nkibot.verify.reference import compute_reference, shareable_folder
+
+        source = (KERNELS / "relu_ref.py").read_text()
+        with tempfile.NamedTemporaryFile("w", suffix=".py", dir=tempfile.gettempdir(),
+                                         delete=False) as handle:
+            handle.write(source)
+        path = Path(handle.name)
+        try:
+            assert not shareable_folder(path.parent) and shareable_folder(KERNELS)
+            task = load_task(path, "Model", turns=1, display_path=path.name)
+            with compute_reference(task) as reference:
+                assert len(reference.trials) >= 1
+        finally:
+            path.unlink()
