@@ -31,6 +31,7 @@ import json
 import re
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -39,6 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/shrink.py, run as a script
 from shrink import meta_task, minimum_bytes, shrink_source
 
+#: torch.fx tracing keeps process-global state: in-process lowerings run one at a time.
+LOWERING = threading.Lock()
 CATEGORY = re.compile(r"^#\s*category:\s*(\S+)", re.MULTILINE)
 
 
@@ -241,7 +244,8 @@ def _lowering_declines(task: object) -> str | None:
     """
     from nkibot.convert.models.lowering import Declined, lower_task
 
-    result = lower_task(task)  # type: ignore[arg-type]
+    with LOWERING:
+        result = lower_task(task)  # type: ignore[arg-type]
     return f"the lowering declined: {result.reason}" if isinstance(result, Declined) else None
 
 
@@ -300,28 +304,38 @@ def traffic_summary(outcomes: list[Outcome]) -> str:
 
 
 async def run(args: argparse.Namespace) -> list[Outcome]:
+    """Every task, `args.jobs` at a time; rows print (and the JSON grows) as tasks finish."""
     root = Path(args.dir)
-    outcomes = []
-    for path in task_files(root, args.entry, args.match):
-        if args.estimate:
-            outcome = estimate_only(path, root, args.entry, args.max_input_elements)
-        elif args.lower_only:
-            outcome = lower_only(path, root, args.entry, args.max_input_elements)
-        else:
-            outcome = await convert_one(path, root, args.entry, args.model, args.backend,
-                                        args.max_input_elements)
+    outcomes: list[Outcome] = []
+    slots = asyncio.Semaphore(max(1, args.jobs))
+
+    async def one(path: Path) -> None:
+        async with slots:
+            if args.estimate:
+                outcome = estimate_only(path, root, args.entry, args.max_input_elements)
+            elif args.lower_only:
+                outcome = lower_only(path, root, args.entry, args.max_input_elements)
+            else:
+                outcome = await convert_one(path, root, args.entry, args.model, args.backend,
+                                            args.max_input_elements)
         outcomes.append(outcome)
-        note = f"  ({outcome.reason})" if outcome.status != "verified" and outcome.reason else ""
-        ratio = f"  traffic {outcome.traffic:.2f}x" if outcome.traffic else ""
-        if outcome.roofline is not None:
-            ratio += f"  roofline {outcome.roofline:.3f} (model)"
-        if outcome.status == "declined":
-            ratio = f"  (lowering {outcome.lower_s:.2f}s)"
-        print(f"{outcome.status:<9} {outcome.seconds:6.1f}s  {outcome.category:<14} "
-              f"{path.relative_to(root)}{ratio}{note}", flush=True)
+        print(_line(outcome, root), flush=True)
         if args.json:  # written as it goes: an interrupted run keeps what it measured
             Path(args.json).write_text(json.dumps([_row(o) for o in outcomes], indent=2))
-    return outcomes
+
+    await asyncio.gather(*(one(p) for p in task_files(root, args.entry, args.match)))
+    return sorted(outcomes, key=lambda o: o.path)
+
+
+def _line(outcome: Outcome, root: Path) -> str:
+    note = f"  ({outcome.reason})" if outcome.status != "verified" and outcome.reason else ""
+    ratio = f"  traffic {outcome.traffic:.2f}x" if outcome.traffic else ""
+    if outcome.roofline is not None:
+        ratio += f"  roofline {outcome.roofline:.3f} (model)"
+    if outcome.status == "declined":
+        ratio = f"  (lowering {outcome.lower_s:.2f}s)"
+    return (f"{outcome.status:<9} {outcome.seconds:6.1f}s  {outcome.category:<14} "
+            f"{Path(outcome.path).relative_to(root)}{ratio}{note}")
 
 
 def _row(o: Outcome) -> dict[str, object]:
@@ -338,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write per-task outcomes here")
     parser.add_argument("--lower-only", action="store_true",
                         help="only the lowering's decision (lowered/declined), no verification")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="convert N tasks at a time (each task's children are processes; "
+                             "per-task seconds then include waiting for a core)")
     parser.add_argument("--estimate", action="store_true",
                         help="lower and time each kernel with the cost model on zero inputs "
                              "(trn1 model estimate, roofline fraction), no verification")

@@ -126,6 +126,13 @@ async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started
     if should_stop is not None and should_stop():
         return _failed(task, name, started, "cancelled before the conversion started",
                        backend=kb.name, hardware=kb.is_hardware, status="cancelled")
+    declined = await _preflight(router, task, on_turn)
+    if declined is not None:
+        return ConversionResult(
+            status="declined", target=name, backend=kb.name, hardware=kb.is_hardware,
+            simulator=None if kb.is_hardware else kb.name, model=router.models_used(),
+            turns=1, seconds=round(time.monotonic() - started, 3), transcript=[declined],
+            reasons=[router.exhausted_reason(declined.error or "declined")])
     stage("reference")
     try:
         reference = await asyncio.to_thread(
@@ -142,6 +149,29 @@ async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started
                                  optimize_turns=optimize_turns)
     profile = await _profile(kb, task, outcome, stage)
     return _assemble(task, name, kb, outcome, args, profile, started)
+
+
+async def _preflight(router: Router, task: Task,
+                     on_turn: Callable[[TurnRecord], None] | None) -> TurnRecord | None:
+    """The lowering's decline, asked before the reference runs, when nothing follows it.
+
+    A lowering-only chain (`--model lowering`, or `auto` without credentials) that
+    declines ends the conversion: running the user's module for every trial first only
+    made the user wait (tens of seconds for a large convolution) for the same answer.
+    """
+    backend = router.current
+    preflight = getattr(backend, "preflight", None)
+    if len(router.chain) != 1 or preflight is None:
+        return None
+    began = time.monotonic()
+    reason = await preflight(task)
+    if reason is None:
+        return None
+    record = TurnRecord(turn=1, model=backend.name, error=f"declined: {reason}",
+                        seconds=round(time.monotonic() - began, 3))
+    if on_turn is not None:
+        on_turn(record)
+    return record
 
 
 async def _profile(kb: KernelBackend, task: Task, outcome: LoopOutcome, stage: Stage

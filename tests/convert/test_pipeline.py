@@ -139,6 +139,20 @@ class TestAutoRouting:
             "only the deterministic lowering was available (no ANTHROPIC_API_KEY or AWS "
             "credentials); it declined: unsupported ops: aten.erfinv")
 
+    async def test_lowering_only_decline_skips_the_reference(self, unlowered_task: Task
+                                                             ) -> None:
+        """A lowering-only chain that declines answers before the module runs its trials:
+        no reference stage, one declined turn, the same reasons."""
+        stages: list[str] = []
+        turns: list[TurnRecord] = []
+        result = await convert(unlowered_task, settings=_settings(), model="lowering",
+                               backend="sim", on_stage=stages.append, on_turn=turns.append)
+        assert stages == ["backend"] and result.status == "declined"
+        assert [(t.turn, t.model) for t in result.transcript] == [(1, "lowering")]
+        assert turns == result.transcript and result.turns == 1
+        assert result.reasons == ["the lowering backend declined: unsupported ops: "
+                                  "aten.erfinv.default"]
+
     async def test_decline_escalates_to_claude(
         self, anthropic_double: AnthropicDouble, unlowered_task: Task
     ) -> None:

@@ -22,16 +22,18 @@ def lower_in_sandbox(task: Task, timeout_s: float = 60.0) -> Lowered | Declined:
     outcome = run_sandboxed(python_module_argv("nkibot.convert.models.lowering"),
                             stdin=task.model_dump_json().encode(), timeout_s=timeout_s)
     if not outcome.ok:
-        return Declined([], f"lowering failed in the sandbox: {outcome.reason()}")
+        return Declined([], f"lowering failed in the sandbox: {outcome.reason()}",
+                        module_error=True)
     lines = outcome.stdout.decode("utf-8", "replace").strip().splitlines()
     try:
         payload = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        return Declined([], "lowering child printed no result")
+        return Declined([], "lowering child printed no result", module_error=True)
     if "source" in payload:
         return Lowered(payload["source"], payload["function"], list(payload.get("ops", [])),
                        _variants(payload.get("variants")))
-    return Declined(list(payload.get("declined", [])), str(payload.get("reason", "declined")))
+    return Declined(list(payload.get("declined", [])), str(payload.get("reason", "declined")),
+                    module_error=payload.get("module_error") is True)
 
 
 def _variants(raw: object) -> list[Variant]:
@@ -68,6 +70,7 @@ class LoweringBackend:
         # `lower` replaces the sandboxed child (tests pass lower_task to stay in-process)
         self._lower = lower
         self._variants: list[Variant] = []
+        self._result: tuple[Task, Lowered | Declined] | None = None
 
     @property
     def variants_left(self) -> int:
@@ -87,17 +90,31 @@ class LoweringBackend:
             reason = "the deterministic lowering has no other kernel to offer"
             return ModelReply(model=self.name,
                               declined=f"{reason}; its kernel failed: {why}" if why else reason)
-        task = conversation.task
-        if self._lower is not None:
-            result = self._lower(task)
-        else:
-            result = await asyncio.to_thread(lower_in_sandbox, task, self._timeout_s)
+        result = await self._lowered(conversation.task)
         if isinstance(result, Declined):
             return ModelReply(model=self.name, declined=result.reason)
         self._variants = list(result.variants)
         return ModelReply(model=self.name, text=reply_text(result),
                           tool_calls=[ToolCall(id=CALL_ID, name="verify_kernel",
                                                arguments={"code": result.source})])
+
+
+    async def preflight(self, task: Task) -> str | None:
+        """Lower `task` now, before any reference runs: the decline reason, or None.
+
+        The result is kept for the first turn, so a task that lowers is lowered once. A
+        module that would not build or trace gives None: its reference run explains that.
+        """
+        result = await self._lowered(task)
+        final = isinstance(result, Declined) and not result.module_error
+        return result.reason if isinstance(result, Declined) and final else None
+
+    async def _lowered(self, task: Task) -> Lowered | Declined:
+        if self._result is None or self._result[0] is not task:
+            found = (self._lower(task) if self._lower is not None else
+                     await asyncio.to_thread(lower_in_sandbox, task, self._timeout_s))
+            self._result = (task, found)
+        return self._result[1]
 
 
 def reply_text(result: Lowered) -> str:

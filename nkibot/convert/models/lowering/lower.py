@@ -18,7 +18,7 @@ def lower_task(task: Task) -> Lowered | Declined:
     try:
         graph, unsupported = trace_graph(task)
     except TraceError as exc:
-        return Declined([], str(exc))
+        return Declined([], str(exc), module_error=True)
     if unsupported:
         return Declined(unsupported, "unsupported ops: " + ", ".join(unsupported))
     return lower_graph(graph, task.entry_point)

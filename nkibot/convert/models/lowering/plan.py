@@ -51,6 +51,9 @@ class Declined:
 
     unsupported: list[str]
     reason: str
+    #: The module itself would not build, trace or run (or the child failed): the
+    #: reference run says why in the user's own terms, so this is no final answer.
+    module_error: bool = False
 
 
 #: Output bytes the CPU simulator can hold next to the inputs and the reference's copies

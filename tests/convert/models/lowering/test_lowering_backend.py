@@ -72,6 +72,33 @@ class TestLoweringBackend:
         assert reply.declined == "unsupported ops: " + ", ".join(UNSUPPORTED_OPS)
         assert reply.tool_calls == []
 
+    async def test_preflight_decline_and_single_lowering(self) -> None:
+        """preflight gives a decline's reason, and a task that lowers is lowered once for
+        the preflight and the first turn together."""
+        calls: list[object] = []
+
+        def counting(task: object) -> object:
+            calls.append(task)
+            return lower_task(task)  # type: ignore[arg-type]
+
+        backend = LoweringBackend(lower=counting)  # type: ignore[arg-type]
+        conv = _conversation(SOFTMAX, [(4, 16)])
+        assert await backend.preflight(conv.task) is None
+        reply = await backend.turn(conv)
+        assert reply.tool_calls and len(calls) == 1
+        unsupported = _conversation(UNSUPPORTED_CHAIN, [(2, 3, 16, 16)]).task
+        assert await backend.preflight(unsupported) == (
+            "unsupported ops: " + ", ".join(UNSUPPORTED_OPS))
+
+    async def test_preflight_leaves_broken_modules_to_the_reference(self) -> None:
+        """A module that cannot even be built is no final decline: preflight says None,
+        so the reference run reports the module's own error."""
+        broken = module_source("x", init="        raise ValueError('bad init')")
+        backend = LoweringBackend(lower=lower_task)
+        assert await backend.preflight(make_task(broken, [(4, 16)])) is None
+        reply = await backend.turn(_conversation(broken, [(4, 16)]))
+        assert reply.declined is not None and "bad init" in reply.declined
+
     async def test_sandboxed_turn_runs_the_child(self) -> None:
         """Without an injected lowering the backend runs the sandboxed child process."""
         source = (EXAMPLES / "rmsnorm.py").read_text()
