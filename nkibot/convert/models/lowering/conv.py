@@ -17,14 +17,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from nkibot.convert.models.lowering import depthwise
+from nkibot.convert.models.lowering import convfold, depthwise
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
+from nkibot.convert.models.lowering.convfold import Fold
 from nkibot.convert.models.lowering.ir import Op, Ref
 from nkibot.convert.models.lowering.layout import LayoutError, Resolved
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
 
 NMAX = 512  # gemm_moving_fmax: output positions per matmul (one fp32 PSUM bank)
 PLANE_BUDGET = 120 * 1024  # bytes per partition for the resident input plane and weights
+# output rows per band of a plane over the budget (whole tiles; at least one): a band's
+# tiles wait for all its loads, and by the cost model bands of 8 rows beat bigger ones
+# (KernelBench 54: 0.207 at 8 rows, 0.149 at 26; model estimate trn1)
+BAND_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -160,41 +165,20 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         w_leaf.dtype == x_dtype) else "nl.float32"
     kind = "transposed convolution" if spec.transposed else "convolution"
     kernel.body.comment(f"{op.origin}: {kind}, groups={spec.groups}, {spec.taps} taps")
-    fold = _fold(spec) if slab is None or len(spec.dims) > 1 else 1
+    fold = convfold.choose(spec, 2 if compute != "nl.float32" else 4)
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype, slab is not None,
                                 fold)
     if slab is not None:
-        slab_fn = _emit_slab_helper(kernel, spec, bias is not None, tile_fn, compute, slab,
-                                    fold)
-        tile_fn = ""
-    _emit_body(kernel, spec, x, w, bias, out, tile_fn or slab_fn, compute, slab, fold)
+        sizes = {min(slab[0], spec.dims[0].size_out - z0)
+                 for z0 in range(0, spec.dims[0].size_out, slab[0])}
+        bands = {zsz: _emit_slab_helper(kernel, spec, bias is not None, tile_fn, compute,
+                                        (zsz, slab[1]), fold) for zsz in sorted(sizes)}
+        _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab[0], fold)
+    else:
+        _emit_body(kernel, spec, x, w, bias, out, {0: tile_fn}, compute, None, fold)
 
-
-def _fold(spec: ConvSpec) -> int:
-    """How many taps of the innermost dim share one matmul (1: none).
-
-    The Tensor Engine costs the same per matmul whatever the contraction rows (up to 128):
-    with few input channels (3 in KernelBench 50) most of the array idles. Stacking the
-    innermost dim's K taps on the partitions (block kk holds the plane shifted by
-    kk * dilation) contracts over cin * K rows in one matmul: K times fewer matmuls, the
-    plane loaded K times.
-    """
-    last = spec.dims[-1]
-    # a zero-inserted innermost dim (transposed, stride > 1) is placed by element-wise
-    # strided DMA writes: K copies of those cost more than the matmuls they save
-    return last.taps if last.taps > 1 and spec.cin_g * last.taps <= PMAX and last.up == 1 else 1
-
-
-def _shifted(placed: tuple[int, int, int], d: Dim, shift: int) -> tuple[int, int, int]:
-    """(first input, count, plane start) of the input that lands in a plane shifted left by
-    `shift` positions (the elements that would land before 0 are dropped)."""
-    first, count, start = placed
-    skip = max(0, -(-(shift - start) // d.up))
-    return first + skip, count - skip, start + skip * d.up - shift
-
-
-def _check(spec: ConvSpec, dtype: str) -> tuple[int, ...] | None:
-    """None when the whole plane fits SBUF, else the output tiles of its slab mode."""
+def _check(spec: ConvSpec, dtype: str) -> tuple[int, int] | None:
+    """None when the whole plane fits SBUF, else (output rows per band, per tile)."""
     if spec.cin_g > PMAX:
         raise LayoutError(f"convolution with {spec.cin_g} input channels per group (the "
                           f"contraction is tiled up to {PMAX})")
@@ -202,17 +186,19 @@ def _check(spec: ConvSpec, dtype: str) -> tuple[int, ...] | None:
     plane = math.prod(d.plane for d in spec.dims)
     if plane <= room:
         return None
-    # slab mode: a band of the first spatial dim per output tile (its halo included)
-    tiles = list(_tiles(spec))
+    # slab mode: bands of whole output tiles of the first spatial dim (their halo included)
+    t0 = _tiles(spec)[0]
     d0, rest = spec.dims[0], math.prod(d.plane for d in spec.dims[1:])
-    while tiles[0] > 1 and _slab(d0, tiles[0]) * rest > room:
-        tiles[0] = max(1, tiles[0] // 2)
-    if _slab(d0, tiles[0]) * rest > room:
+    while t0 > 1 and _slab(d0, t0) * rest > room:
+        t0 = max(1, t0 // 2)
+    if _slab(d0, t0) * rest > room:
         raise LayoutError(f"convolution plane of {plane} elements per partition exceeds the "
                           f"SBUF budget ({PLANE_BUDGET // 1024} KiB) even one output row at a "
                           "time")
-    return tuple(tiles)
-
+    rows = t0
+    while rows + t0 <= min(d0.size_out, BAND_ROWS) and _slab(d0, rows + t0) * rest <= room:
+        rows += t0
+    return rows, t0
 
 def _slab(d: Dim, rows: int) -> int:
     """Plane rows that `rows` output rows read."""
@@ -220,19 +206,21 @@ def _slab(d: Dim, rows: int) -> int:
 
 
 
-def _emit_bands(body: Block, spec: ConvSpec, rows: int, has_bias: bool, tile_fn: str) -> None:
-    """Bands of `rows` output rows, each loading the input rows it reads; closes the batch
-    and group loops the caller opened."""
+def _emit_bands(body: Block, spec: ConvSpec, rows: int, has_bias: bool,
+                bands: dict[int, str], fold: Fold) -> None:
+    """Bands of `rows` output rows, each loading the input rows it reads (per row shift
+    u0 of the fold: first input row, count, band row); closes the batch and group loops
+    the caller opened."""
     d0 = spec.dims[0]
     body.comment(f"bands of {rows} output rows; each loads the input rows it reads")
     head = "x_v, w_sb, " + ("b_v, " if has_bias else "") + "out_v, n, g"
     for z0 in range(0, d0.size_out, rows):
         zsz = min(rows, d0.size_out - z0)
-        first, count, start = _band(d0, z0, zsz)
-        body.line(f"{tile_fn}({head}, {z0}, {zsz}, {first}, {count}, {start})")
+        shifts = tuple(convfold.shifted(_band(d0, z0, zsz), d0, u0 * d0.dil)
+                       for u0 in range(fold.sizes[0]))
+        body.line(f"{bands[zsz]}({head}, {z0}, {shifts!r})")
     body.dedent()
     body.dedent()
-
 
 def _emit_tile_grid(body: Block, spec: ConvSpec, cout_g: int, has_bias: bool,
                     tile_fn: str) -> None:
@@ -259,57 +247,84 @@ def _sp(spec: ConvSpec) -> list[str]:
     return [f"s{i}" for i in range(len(spec.dims))]
 
 
-def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None, out: Output,
-               tile_fn: str, compute: str, slab: tuple[int, ...] | None = None,
-               fold: int = 1) -> None:
-    body, g_, cin_g, cout_g, taps = kernel.body, spec.groups, spec.cin_g, spec.cout_g, spec.taps
-    if fold > 1:
-        _emit_folded_body(kernel, spec, x, w, bias, out, tile_fn, compute, fold, slab)
-        return
-    ins = ", ".join(str(d.size_in) for d in spec.dims)
-    outs = ", ".join(str(d.size_out) for d in spec.dims)
-    plane = ", ".join(str(d.plane) for d in spec.dims)
+def _emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
+                out: Output) -> None:
+    """The HBM views: weights [groups, Cin/g, Cout/g, K...], bias, input and output."""
+    g_, cin_g, cout_g = spec.groups, spec.cin_g, spec.cout_g
+    ks = ", ".join(str(d.taps) for d in spec.dims)
     if spec.transposed:
-        body.comment(f"weight [Cin, Cout/g, taps] seen as [groups, Cin/g, Cout/g, {taps} taps]")
-        body.line(f"w_v = {w}.reshape(({g_}, {cin_g}, {cout_g}, {taps}))")
+        body.comment(f"weight [Cin, Cout/g, taps] seen as [groups, Cin/g, Cout/g, {ks} taps]")
+        body.line(f"w_v = {w}.reshape(({g_}, {cin_g}, {cout_g}, {ks}))")
     else:
-        body.comment(f"weight [Cout, Cin/g, taps] seen as [groups, Cin/g, Cout/g, {taps} taps]")
-        body.line(f"w_v = {w}.reshape(({g_}, {cout_g}, {cin_g}, {taps})).permute((0, 2, 1, 3))")
+        perm = ", ".join(str(i) for i in range(3, 3 + len(spec.dims)))
+        body.comment(f"weight [Cout, Cin/g, taps] seen as [groups, Cin/g, Cout/g, {ks} taps]")
+        body.line(f"w_v = {w}.reshape(({g_}, {cout_g}, {cin_g}, {ks})).permute((0, 2, 1, "
+                  f"{perm}))")
     if bias is not None:
         body.line(f"b_v = {bias}.reshape(({g_}, {cout_g}, 1))")
+    ins = ", ".join(str(d.size_in) for d in spec.dims)
+    outs = ", ".join(str(d.size_out) for d in spec.dims)
     body.line(f"x_v = {x}.reshape(({spec.batch}, {g_}, {cin_g}, {ins}))")
     body.line(f"out_v = {out.var}.reshape(({spec.batch}, {g_}, {cout_g}, {outs}))")
-    body.line(f"for g in nl.affine_range({g_}):")
+
+
+def _fold_note(spec: ConvSpec, fold: Fold) -> str:
+    taps = " x ".join(str(f) for f in fold.sizes)
+    return (f"; {taps} taps stacked on the partitions (block u holds tap j * f + u"
+            + (", flipped" if spec.transposed else "") + ")" if fold.blocks > 1 else "")
+
+
+def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None, out: Output,
+               fns: dict[int, str], compute: str, slab: int | None, fold: Fold) -> None:
+    """Weights, then per batch element the plane (or its bands) and the output tiles;
+    `fns` maps each band's row count to its helper (no bands: 0 to the tile helper)."""
+    body, cin_g = kernel.body, spec.cin_g
+    _emit_views(body, spec, x, w, bias, out)
+    body.line(f"for g in nl.affine_range({spec.groups}):")
     body.indent()
-    body.comment("weights stay resident for every batch element and output tile of group g")
-    body.line(f"w_sb = nl.ndarray(({cin_g}, {cout_g}, {taps}), dtype={compute}, "
-              "buffer=nl.sbuf)")
-    body.line("nisa.dma_copy(dst=w_sb, src=w_v[g])")
+    body.comment("weights stay resident for every batch element and output tile of group g"
+                 + _fold_note(spec, fold))
+    convfold.emit_weights(body, spec, fold, compute)
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
     if slab is not None:
-        _emit_bands(body, spec, slab[0], bias is not None, tile_fn)
+        _emit_bands(body, spec, slab, bias is not None, fns, fold)
         return
     what = "zero-inserted, padded" if spec.transposed else "zero-padded"
-    body.comment(f"the {what} input plane of batch n, group g: loaded once")
-    body.line(f"x_sb = nl.ndarray(({cin_g}, {plane}), dtype={compute}, buffer=nl.sbuf)")
+    copies = f", {fold.blocks} times: block u shifted left by u * dilation" if (
+        fold.blocks > 1) else ": loaded once"
+    body.comment(f"the {what} input plane of batch n, group g{copies}")
+    plane = ", ".join(str(d.plane) for d in spec.dims)
+    body.line(f"x_sb = nl.ndarray(({cin_g * fold.blocks}, {plane}), dtype={compute}, "
+              "buffer=nl.sbuf)")
     placed = [d.placed() for d in spec.dims]
-    covers = all(d.up == 1 and first == 0 and count == d.size_in and start == 0
-                 and d.plane == d.size_in for d, (first, count, start) in zip(
-                     spec.dims, placed, strict=True))
-    if not covers:
-        body.line("nisa.memset(dst=x_sb, value=0.0)")
-    if all(count > 0 for _, count, _ in placed):
-        dst = ", ".join(f"{start}:{start + (count - 1) * d.up + 1}" + (f":{d.up}" if d.up > 1
-                        else "") for d, (_, count, start) in zip(spec.dims, placed, strict=True))
-        src = ", ".join(f"{first}:{first + count}" for first, count, _ in placed)
-        if any(d.up > 1 for d in spec.dims):
-            _scatter(body, spec, f"x_v[n, g, 0:{cin_g}, {src}]", f"x_sb[0:{cin_g}, {dst}]",
-                     [str(count) for _, count, _ in placed], compute)
-        else:
-            body.line(f"nisa.dma_copy(dst=x_sb[0:{cin_g}, {dst}], "
-                      f"src=x_v[n, g, 0:{cin_g}, {src}])")
-    _emit_tile_grid(body, spec, cout_g, bias is not None, tile_fn)
+    planes = [d.plane for d in spec.dims]
+    for b, u in enumerate(fold.offsets()):
+        part = f"{b * cin_g}:{(b + 1) * cin_g}"
+        for region in convfold.margins(spec.dims, planes, placed, u):
+            _zero(body, part, region)
+        here = convfold.block_slices(spec.dims, placed, u)
+        if here is not None:
+            _place(body, spec, part, here, compute)
+    _emit_tile_grid(body, spec, spec.cout_g, bias is not None, fns[0])
+
+
+def _zero(body: Block, part: str, region: list[str]) -> None:
+    body.line(f"nisa.memset(dst=x_sb[{part}, {', '.join(region)}], value=0.0, "
+              "engine=nisa.engine.gpsimd)")
+
+
+def _place(body: Block, spec: ConvSpec, part: str,
+           here: tuple[list[str], list[str], list[str]], compute: str) -> None:
+    """One partition block's input into its plane: a DMA, or a zero-insertion scatter."""
+    dst, src, counts = here
+    cin = spec.cin_g
+    if any(d.up > 1 for d in spec.dims):
+        _scatter(body, spec, f"x_v[n, g, 0:{cin}, {', '.join(src)}]",
+                 f"x_sb[{part}, {', '.join(dst)}]", counts, compute)
+    else:
+        body.line(f"nisa.dma_copy(dst=x_sb[{part}, {', '.join(dst)}], "
+                  f"src=x_v[n, g, 0:{cin}, {', '.join(src)}])")
 
 
 def _scatter(body: Block, spec: ConvSpec, src: str, dst: str, counts: list[str],
@@ -324,97 +339,18 @@ def _scatter(body: Block, spec: ConvSpec, src: str, dst: str, counts: list[str],
     body.line(f"nisa.tensor_copy(dst={dst}, src=x_in, engine=nisa.engine.gpsimd)")
 
 
-def _emit_folded_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
-                      out: Output, tile_fn: str, compute: str, fold: int,
-                      slab: tuple[int, ...] | None = None) -> None:
-    """`_emit_body` with the innermost dim's taps stacked on the partitions (see `_fold`)."""
-    body, g_, cin_g, cout_g = kernel.body, spec.groups, spec.cin_g, spec.cout_g
-    outer = spec.taps // fold
-    ins = ", ".join(str(d.size_in) for d in spec.dims)
-    outs = ", ".join(str(d.size_out) for d in spec.dims)
-    plane = ", ".join(str(d.plane) for d in spec.dims)
-    if spec.transposed:
-        body.comment(f"weight [Cin, Cout/g, taps] seen as [groups, Cin/g, Cout/g, {outer} outer "
-                     f"taps, {fold} inner taps]")
-        body.line(f"w_v = {w}.reshape(({g_}, {cin_g}, {cout_g}, {outer}, {fold}))")
-    else:
-        body.comment(f"weight [Cout, Cin/g, taps] seen as [groups, Cin/g, Cout/g, {outer} outer "
-                     f"taps, {fold} inner taps]")
-        body.line(f"w_v = {w}.reshape(({g_}, {cout_g}, {cin_g}, {outer}, {fold}))"
-                  ".permute((0, 2, 1, 3, 4))")
-    if bias is not None:
-        body.line(f"b_v = {bias}.reshape(({g_}, {cout_g}, 1))")
-    body.line(f"x_v = {x}.reshape(({spec.batch}, {g_}, {cin_g}, {ins}))")
-    body.line(f"out_v = {out.var}.reshape(({spec.batch}, {g_}, {cout_g}, {outs}))")
-    rows = fold * cin_g
-    body.line(f"for g in nl.affine_range({g_}):")
-    body.indent()
-    body.comment(f"weights stay resident; partition block kk holds inner tap "
-                 f"{'K - 1 - kk (flipped)' if spec.transposed else 'kk'}")
-    body.line(f"w_sb = nl.ndarray(({rows}, {cout_g}, {outer}), dtype={compute}, "
-              "buffer=nl.sbuf)")
-    for kk in range(fold):
-        kw = fold - 1 - kk if spec.transposed else kk
-        body.line(f"nisa.dma_copy(dst=w_sb[{kk * cin_g}:{(kk + 1) * cin_g}, 0:{cout_g}, "
-                  f"0:{outer}], src=w_v[g, 0:{cin_g}, 0:{cout_g}, 0:{outer}, {kw}])")
-    body.line(f"for n in nl.affine_range({spec.batch}):")
-    body.indent()
-    if slab is not None:
-        _emit_bands(body, spec, slab[0], bias is not None, tile_fn)
-        return
-    what = "zero-inserted, padded" if spec.transposed else "zero-padded"
-    last = spec.dims[-1]
-    body.comment(f"the {what} input plane of batch n, group g, {fold} times: block kk "
-                 f"shifted left by kk * {last.dil} along the innermost dim")
-    body.line(f"x_sb = nl.ndarray(({rows}, {plane}), dtype={compute}, buffer=nl.sbuf)")
-    body.line("nisa.memset(dst=x_sb, value=0.0)")
-    placed = [d.placed() for d in spec.dims]
-    for kk in range(fold):
-        here = [*placed[:-1], _shifted(placed[-1], last, kk * last.dil)]
-        if not all(c > 0 for _, c, _ in here):
-            continue
-        dst = ", ".join(f"{st}:{st + (c - 1) * d.up + 1}" + (f":{d.up}" if d.up > 1 else "")
-                        for d, (_, c, st) in zip(spec.dims, here, strict=True))
-        src = ", ".join(f"{f}:{f + c}" for f, c, _ in here)
-        body.line(f"nisa.dma_copy(dst=x_sb[{kk * cin_g}:{(kk + 1) * cin_g}, {dst}], "
-                  f"src=x_v[n, g, 0:{cin_g}, {src}])")
-    _emit_tile_grid(body, spec, cout_g, bias is not None, tile_fn)
-
-
 def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
-                      banded: bool = False, fold: int = 1) -> str:
+                      banded: bool, fold: Fold) -> str:
     fn = kernel.names.fresh("conv_tile")
     blk = Block(depth=1)
     sp = _sp(spec)
     sizes = ", ".join(f"{v}sz" for v in sp)
     blk.line(f"acc = nl.ndarray((csz, {sizes}), dtype=nl.float32, buffer=nl.psum)")
-    looped = spec.dims[:-1] if fold > 1 else spec.dims  # folded taps are on the partitions
-    taps = [f"k{i}" for i in range(len(looped))]
-    for k, d in zip(taps, looped, strict=True):
-        blk.line(f"for {k} in nl.affine_range({d.taps}):")
-        blk.indent()
-    count = math.prod(d.taps for d in looped)
-    flat = " + ".join(f"{k} * {math.prod(d.taps for d in looped[i + 1:])}"
-                      if i < len(taps) - 1 else k for i, k in enumerate(taps)) or "0"
-    tap = f"{count - 1} - ({flat})" if spec.transposed and taps else flat
-    rows = spec.cin_g * fold
-    windows = []
-    for i, (v, d) in enumerate(zip(sp, spec.dims, strict=True)):
-        origin = f"({v}0 - z0)" if banded and i == 0 else f"{v}0"
-        k = taps[i] if i < len(taps) else "0"
-        start = f"{origin} * {d.step} + {k} * {d.dil}" if d.step > 1 else (
-            f"{origin} + {k} * {d.dil}")
-        step = f":{d.step}" if d.step > 1 else ""
-        stop = f"({v}sz - 1) * {d.step} + 1" if d.step > 1 else f"{v}sz"
-        windows.append(f"{start}:{start} + {stop}{step}")
     blk.comment("tap: a shifted" + (", strided" if any(d.step > 1 for d in spec.dims) else "")
                 + " window of the plane; PSUM accumulates over the taps" + (
-                    f" (the innermost dim's {fold} taps contract on the partitions)"
-                    if fold > 1 else ""))
-    blk.line(f"nisa.nc_matmul(acc, w_sb[0:{rows}, nl.ds(c0, csz), {tap}], "
-             f"x_sb[0:{rows}, {', '.join(windows)}])")
-    for _ in taps:
-        blk.dedent()
+                    f" ({fold.blocks} taps contract on the partitions; the last base tap of "
+                    "a ragged fold contracts only its valid blocks)" if fold.blocks > 1 else ""))
+    _emit_matmuls(blk, spec, fold, [], spec.cin_g * fold.blocks)
     blk.line(f"res = nl.ndarray((csz, {sizes}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
     if bias:
         blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
@@ -422,7 +358,8 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         blk.line("nisa.tensor_scalar(dst=res, data=acc, op0=nl.add, operand0=b_t)")
     else:
         blk.line("nisa.tensor_copy(dst=res, src=acc)")
-    index = ", ".join(f"nl.ds({v}0, {v}sz)" for v in sp)
+    index = ", ".join(f"nl.ds({'z0 + ' if banded and i == 0 else ''}{v}0, {v}sz)"
+                      for i, v in enumerate(sp))
     blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {index}], res)")
     args = ", ".join(f"{v}0, {v}sz" for v in sp)
     head = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g" + (", z0" if banded else "")
@@ -434,49 +371,91 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     return fn
 
 
+def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: int) -> None:
+    """The matmul loops from dim len(ks) in: a loop over each dim's base taps; the one
+    ragged dim (convfold.choose) runs its last base tap apart, on the prefix of blocks whose
+    taps exist, so no matmul reads a block past the kernel's edge."""
+    i = len(ks)
+    if i == len(spec.dims):
+        where = [(str(j - 1 - int(k)) if k.isdigit() else f"{j - 1} - {k}")
+                 if spec.transposed else k for k, j in zip(ks, fold.outer, strict=True)]
+        windows = []
+        for v, d, k, f in zip(_sp(spec), spec.dims, ks, fold.sizes, strict=True):
+            shift = "" if k == "0" else (f" + {int(k) * f * d.dil}" if k.isdigit() else
+                                         f" + {k} * {f * d.dil}")
+            start = f"{v}0 * {d.step}{shift}" if d.step > 1 else f"{v}0{shift}"
+            stop = f"({v}sz - 1) * {d.step} + 1:{d.step}" if d.step > 1 else f"{v}sz"
+            windows.append(f"{start}:{start} + {stop}")
+        blk.line(f"nisa.nc_matmul(acc, w_sb[0:{rows}, nl.ds(c0, csz), {', '.join(where)}], "
+                 f"x_sb[0:{rows}, {', '.join(windows)}])")
+        return
+    j, f, taps = fold.outer[i], fold.sizes[i], fold.taps[i]
+    full = j - 1 if taps % f else j
+    if full > 1:
+        blk.line(f"for k{i} in nl.affine_range({full}):")
+        blk.indent()
+        _emit_matmuls(blk, spec, fold, [*ks, f"k{i}"], rows)
+        blk.dedent()
+    elif full == 1:
+        _emit_matmuls(blk, spec, fold, [*ks, "0"], rows)
+    if taps % f:
+        _emit_matmuls(blk, spec, fold, [*ks, str(j - 1)], rows // f * (taps - (j - 1) * f))
+
+
+def _band_block(blk: Block, spec: ConvSpec, part: str, u: tuple[int, ...], slab: int,
+                compute: str) -> None:
+    """Block u of a band: zero what it reads and no input covers, then load its rows."""
+    d0, rest = spec.dims[0], spec.dims[1:]
+    placed = [d.placed() for d in rest]
+    here = convfold.block_slices(rest, placed, u[1:])
+    if here is None or d0.up > 1:
+        _zero(blk, part, [f"0:{slab}", *(f"0:{d.plane}" for d in rest)])
+    else:
+        whole = [f"0:{d.plane}" for d in rest]
+        for lo, hi in (("0", "j0"), ("j0 + icount", str(slab - u[0] * d0.dil))):
+            blk.line(f"if {hi} > {lo}:")
+            blk.indent()
+            _zero(blk, part, [f"{lo}:{hi}", *whole])
+            blk.dedent()
+    if here is None:
+        return
+    blk.line("if icount > 0:  # a band wholly in the padding reads no input")
+    blk.indent()
+    if d0.up == 1:
+        for region in convfold.margins(rest, [d.plane for d in rest], placed, u[1:]):
+            _zero(blk, part, ["j0:j0 + icount", *region])
+    dst, src, counts = here
+    step = f":{d0.up}" if d0.up > 1 else ""
+    _place(blk, spec, part, ([f"j0:j0 + (icount - 1) * {d0.up} + 1{step}", *dst],
+                             ["nl.ds(i0, icount)", *src], ["icount", *counts]), compute)
+    blk.dedent()
+
+
 def _emit_slab_helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: str,
-                      tiles: tuple[int, ...], fold: int = 1) -> str:
-    """A band of output rows z0..z0+zsz: load the input rows it reads, then its tiles."""
+                      tiles: tuple[int, int], fold: Fold) -> str:
+    """A band of `tiles[0]` output rows from z0: load the input rows it reads, then its
+    tiles of `tiles[1]` rows."""
     fn = kernel.names.fresh("conv_band")
     blk = Block(depth=1)
     d0, rest = spec.dims[0], spec.dims[1:]
     cin = spec.cin_g
-    plane = ", ".join([str(_slab(d0, tiles[0])), *(str(d.plane) for d in rest)])
-    blk.line(f"x_sb = nl.ndarray(({cin * fold}, {plane}), dtype={compute}, buffer=nl.sbuf)")
-    blk.line("nisa.memset(dst=x_sb, value=0.0)")
-    placed = [d.placed() for d in rest]
-    step = f":{d0.up}" if d0.up > 1 else ""
-    blk.line("if icount > 0:  # a band wholly in the padding reads no input")
-    if fold > 1:
-        blk.comment(f"    partition block kk: the band shifted left by kk * {rest[-1].dil} "
-                    "along the innermost dim")
-    for kk in range(fold):
-        here = [*placed[:-1], _shifted(placed[-1], rest[-1], kk * rest[-1].dil)]
-        if not all(c > 0 for _, c, _ in here):
-            continue
-        dst = ", ".join([f"j0:j0 + (icount - 1) * {d0.up} + 1{step}"] + [
-            f"{start}:{start + (count - 1) * d.up + 1}" + (f":{d.up}" if d.up > 1 else "")
-            for d, (_, count, start) in zip(rest, here, strict=True)])
-        src = ", ".join(["nl.ds(i0, icount)"] + [f"{first}:{first + count}"
-                                                  for first, count, _ in here])
-        if any(d.up > 1 for d in spec.dims):
-            blk.indent()
-            _scatter(blk, spec, f"x_v[n, g, 0:{cin}, {src}]",
-                     f"x_sb[{kk * cin}:{(kk + 1) * cin}, {dst}]",
-                     ["icount", *(str(count) for _, count, _ in here)], compute)
-            blk.dedent()
-        else:
-            blk.line(f"    nisa.dma_copy(dst=x_sb[{kk * cin}:{(kk + 1) * cin}, {dst}], "
-                     f"src=x_v[n, g, 0:{cin}, {src}])")
+    slab = _slab(d0, tiles[0])
+    plane = ", ".join([str(slab), *(str(d.plane) for d in rest)])
+    blk.line(f"x_sb = nl.ndarray(({cin * fold.blocks}, {plane}), dtype={compute}, "
+             "buffer=nl.sbuf)")
+    blk.comment("partition block u: the band shifted left by u * dilation; rows[u0] = "
+                "(first input row, count, band row); what no input covers is zeroed")
+    for b, u in enumerate(fold.offsets()):
+        blk.line(f"i0, icount, j0 = rows[{u[0]}]")
+        _band_block(blk, spec, f"{b * cin}:{(b + 1) * cin}", u, slab, compute)
     sp = _sp(spec)
     params = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g, z0"
     fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
-    axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
-        sp[1:], rest, tiles[1:], strict=True)]
-    emit_grid(blk, axes, f"{tile_fn}({params}, {fields})", "affine_range",
-              {sp[0]: ("z0", "zsz")})  # type: ignore[dict-item]
+    axes = [Axis("c", spec.cout_g, PMAX), Axis(sp[0], tiles[0], tiles[1])] + [
+        Axis(v, d.size_out, t) for v, d, t in zip(sp[1:], rest, _tiles(spec)[1:], strict=True)]
+    emit_grid(blk, axes, f"{tile_fn}({params}, {fields})", "affine_range")
     head = "x_v, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"
-    kernel.helpers.append([f"def {fn}({head}, z0, zsz, i0, icount, j0):",
-                           '    """Output rows z0..z0+zsz: input rows i0..i0+icount land at '
-                           'band row j0."""', *blk.lines])
+    kernel.helpers.append([f"def {fn}({head}, z0, rows):",
+                           f'    """Output rows z0..z0+{tiles[0]}, band-relative tiles."""',
+                           *blk.lines])
     return fn

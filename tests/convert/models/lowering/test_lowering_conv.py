@@ -36,6 +36,8 @@ CONVS = {
     "conv2d_wide": ("nn.Conv2d(2, 4, 3)", (1, 2, 5, 600)),
     # inner taps folded onto the partitions (3 x 11 = 33 rows), as KernelBench 50
     "conv2d_cin3_k11": ("nn.Conv2d(3, 8, 11, stride=4, padding=2)", (2, 3, 47, 45)),
+    # 3 x (5 x 5) taps on 75 rows: one matmul per output tile
+    "conv2d_cin3_k5": ("nn.Conv2d(3, 16, 5, padding=1)", (1, 3, 40, 37)),
     "conv1d_folded_dilated": ("nn.Conv1d(4, 6, 5, padding=3, dilation=2)", (2, 4, 33)),
     "conv2d_no_fold": ("nn.Conv2d(64, 8, 3)", (1, 64, 9, 9)),  # 64 x 3 > 128 rows
     "conv3d": ("nn.Conv3d(3, 8, (3, 2, 3), padding=1)", (2, 3, 6, 7, 8)),
@@ -50,6 +52,15 @@ CONVS = {
     "banded2d": ("nn.Conv2d(3, 8, 5, stride=2, padding=3)", (1, 3, 190, 181)),
     "banded3d": ("nn.Conv3d(2, 4, 3, padding=1)", (1, 2, 20, 60, 30)),
     "banded_tconv2d": ("nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1)", (1, 2, 90, 100)),
+    # partial folds: 4 of 7 taps (a ragged last block of 3) on 128 rows, as KernelBench 78
+    "tconv2d_cin32_k7": ("nn.ConvTranspose2d(32, 6, (3, 7), padding=(1, 3))", (1, 32, 9, 13)),
+    "conv2d_cin20_k5_dilated": ("nn.Conv2d(20, 5, (5, 3), padding=(3, 1), dilation=(2, 3))",
+                                (2, 20, 11, 14)),
+    "conv3d_fold_all": ("nn.Conv3d(3, 5, 3, padding=(1, 0, 2), stride=(1, 2, 1))",
+                        (1, 3, 6, 9, 7)),
+    # a banded plane with its banded dim folded too: 3 x 27 taps = 81 rows, bands of rows
+    "banded3d_cin3": ("nn.Conv3d(3, 4, 3, padding=(1, 0, 1), dilation=(2, 1, 1))",
+                      (1, 3, 33, 40, 30)),
 }
 
 
@@ -67,7 +78,8 @@ class TestConvOnSim:
         """Each convolution form lowers to shifted matmuls and matches PyTorch in fp32."""
         assert check_on_sim(conv_task(name)) < 1e-3
 
-    @pytest.mark.parametrize("name", ["conv2d_strided_padded", "tconv1d", "conv3d"])
+    @pytest.mark.parametrize("name", ["conv2d_strided_padded", "tconv1d", "conv3d",
+                                      "tconv2d_cin32_k7", "conv3d_fold_all", "banded3d_cin3"])
     def test_bf16_matches_torch(self, name: str) -> None:
         """bf16 activations are widened on load into the fp32 plane."""
         check_on_sim(conv_task(name, "bfloat16"))
@@ -78,17 +90,26 @@ class TestConvSource:
         """The kernel names nn.Conv2d in its comments and loads weights once per group."""
         lowered = lower_ok(conv_task("conv2d_grouped"))
         assert "self.conv" in lowered.source
-        # once per group: one DMA per inner tap (3), all before the batch loop
-        assert lowered.source.count("nisa.dma_copy(dst=w_sb") == 3
+        # once per group: one DMA per folded tap (3 x 3), all before the batch loop
+        assert lowered.source.count("nisa.dma_copy(dst=w_sb") == 9
         assert lowered.source.index("dst=w_sb[4:6") < lowered.source.index("for n in")
         assert "nisa.nc_matmul(acc" in lowered.source
 
-    def test_few_input_channels_fold_the_inner_taps_onto_partitions(self) -> None:
-        """3 input channels x 11 inner taps contract as 33 rows: 11 times fewer matmuls."""
-        lowered = lower_ok(conv_task("conv2d_cin3_k11"))
-        assert "w_sb[0:33," in lowered.source
-        assert "for k1 in" not in lowered.source and "for k0 in nl.affine_range(11)" in (
-            lowered.source)
+    def test_few_input_channels_fold_the_taps_of_two_dims_onto_partitions(self) -> None:
+        """3 input channels x (5 x 5) taps contract as 75 rows: 1 matmul a tile, not 25."""
+        lowered = lower_ok(conv_task("conv2d_cin3_k5"))
+        assert "w_sb[0:75, nl.ds(c0, csz), 0, 0]" in lowered.source
+        assert "for k0 in" not in lowered.source and "for k1 in" not in lowered.source
+
+    def test_partial_fold_of_one_dim(self) -> None:
+        """32 input channels x 7 taps: 4 taps a matmul (128 rows), the last 3 on 96 rows."""
+        lowered = lower_ok(conv_task("tconv2d_cin32_k7"))
+        assert "w_sb[0:128," in lowered.source and "w_sb[0:96," in lowered.source
+
+    def test_banded_plane_folds_its_banded_dim(self) -> None:
+        """A plane over the SBUF budget still folds all 27 taps of a 3-D conv (81 rows)."""
+        lowered = lower_ok(conv_task("banded3d_cin3"))
+        assert "def conv_band" in lowered.source and "w_sb[0:81," in lowered.source
 
 
 class TestDepthwiseAndChains:

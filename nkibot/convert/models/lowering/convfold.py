@@ -1,0 +1,138 @@
+"""Kernel taps stacked on the partitions: which taps share one matmul, and their loads.
+
+The Tensor Engine costs the same per matmul whatever its contraction rows (up to 128): with
+few input channels (3 in KernelBench 50) most of the array idles. A `Fold` stacks a block
+of f_0 x f_1 x ... taps on the partitions: partition block u = (u_0, u_1, ...) holds the
+input plane shifted left by u_i * dilation along each dim, and the weights of tap
+j_i * f_i + u_i, so one matmul at base tap j contracts cin * prod(f) rows. A dim whose
+taps do not divide by f_i leaves the blocks past its last tap with zero weights.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from nkibot.convert.models.lowering.builder import PMAX, Block
+
+if TYPE_CHECKING:
+    from nkibot.convert.models.lowering.conv import ConvSpec, Dim
+
+
+@dataclass(frozen=True)
+class Fold:
+    """f_i taps of each dim i stacked on the partitions (all 1: no fold)."""
+
+    sizes: tuple[int, ...]
+    taps: tuple[int, ...]
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def outer(self) -> tuple[int, ...]:
+        """Matmuls per dim: base taps 0, f_i, 2 f_i, ..."""
+        return tuple(-(-k // f) for k, f in zip(self.taps, self.sizes, strict=True))
+
+    def offsets(self) -> list[tuple[int, ...]]:
+        """Each partition block's tap offset u, in block order."""
+        return list(itertools.product(*(range(f) for f in self.sizes)))
+
+
+def choose(spec: ConvSpec, elem_bytes: int) -> Fold:
+    """The fold of least modelled Tensor Engine plus plane-load time (`_score`) within 128
+    rows; on a tie, the one folding outer dims (whole contiguous rows per copy).
+
+    Not for a zero-inserted plane (transposed, stride > 1): it is placed by a strided
+    copy, and one copy per block costs more than the matmuls it saves.
+    """
+    taps = tuple(d.taps for d in spec.dims)
+    if any(d.up > 1 for d in spec.dims):
+        return Fold((1,) * len(taps), taps)
+    fits = [Fold(f, taps) for f in itertools.product(*(range(1, k + 1) for k in taps))
+            if spec.cin_g * math.prod(f) <= PMAX and _prefix(f, taps)]
+    return min(fits, key=lambda f: (_score(spec, f, elem_bytes), [-s for s in f.sizes]))
+
+
+def _prefix(sizes: tuple[int, ...], taps: tuple[int, ...]) -> bool:
+    """At most one dim's taps do not divide by its fold, and it is the outermost folded
+    one: then at its last base tap the blocks whose taps exist are a prefix of the
+    partitions (block order runs that dim slowest), and that matmul contracts only them."""
+    folded = [i for i, f in enumerate(sizes) if f > 1]
+    ragged = [i for i in folded if taps[i] % sizes[i]]
+    return not ragged or ragged == folded[:1]
+
+
+def _score(spec: ConvSpec, fold: Fold, elem_bytes: int) -> float:
+    """Nanoseconds per batch element and group, by the cost model's constants (trn1): each
+    matmul max(N, 64) cycles at 2.8 GHz (fp32 4x), over every output position; each plane
+    copy its bytes at 16 queues x 17 B/ns, counted twice (a batch element's loads overlap
+    the matmuls that wait for them only in part)."""
+    positions = math.prod(max(d.size_out, 1) for d in spec.dims)
+    pe = math.prod(fold.outer) * -(-spec.cout_g // PMAX) * max(positions, 64) * (
+        4 if elem_bytes == 4 else 1) / 2.8
+    plane = fold.blocks * spec.cin_g * math.prod(d.size_in for d in spec.dims) * elem_bytes
+    return pe + 2 * plane / 272
+
+
+def emit_weights(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
+    """w_sb[(block, cin), cout, J...]: partition block u, position j holds tap j * f + u
+    (transposed: the flipped tap, at position J - 1 - j); positions past the kernel's edge
+    stay unwritten and no matmul reads them."""
+    rows, outer = spec.cin_g * fold.blocks, ", ".join(str(j) for j in fold.outer)
+    body.line(f"w_sb = nl.ndarray(({rows}, {spec.cout_g}, {outer}), dtype={compute}, "
+              "buffer=nl.sbuf)")
+    if fold.blocks == 1:
+        body.line("nisa.dma_copy(dst=w_sb, src=w_v[g])")
+        return
+    cin, cout = spec.cin_g, spec.cout_g
+    for b, u in enumerate(fold.offsets()):
+        dst, src = [], []
+        for k, f, j, ui in zip(fold.taps, fold.sizes, fold.outer, u, strict=True):
+            n = -(-(k - ui) // f)
+            lo = k - 1 - ui - f * (n - 1) if spec.transposed else ui
+            dst.append(f"{j - n}:{j}" if spec.transposed else f"0:{n}")
+            src.append(f"{lo}:{lo + f * (n - 1) + 1}" + (f":{f}" if f > 1 and n > 1 else ""))
+        body.line(f"nisa.dma_copy(dst=w_sb[{b * cin}:{(b + 1) * cin}, 0:{cout}, "
+                  f"{', '.join(dst)}], src=w_v[g, 0:{cin}, 0:{cout}, {', '.join(src)}])")
+
+
+def shifted(placed: tuple[int, int, int], d: Dim, shift: int) -> tuple[int, int, int]:
+    """(first input, count, plane start) of the input that lands in a plane shifted left by
+    `shift` positions (the elements that would land before 0 are dropped)."""
+    first, count, start = placed
+    skip = max(0, -(-(shift - start) // d.up))
+    return first + skip, count - skip, start + skip * d.up - shift
+
+
+def block_slices(dims: tuple[Dim, ...], placed: list[tuple[int, int, int]],
+                 u: tuple[int, ...]) -> tuple[list[str], list[str], list[str]] | None:
+    """(plane slices, input slices, counts) of the block shifted by u taps, None when
+    nothing lands."""
+    here = [shifted(p, d, ui * d.dil) for p, d, ui in zip(placed, dims, u, strict=True)]
+    if not all(c > 0 for _, c, _ in here):
+        return None
+    dst = [f"{st}:{st + (c - 1) * d.up + 1}" + (f":{d.up}" if d.up > 1 else "")
+           for d, (_, c, st) in zip(dims, here, strict=True)]
+    return dst, [f"{f}:{f + c}" for f, c, _ in here], [str(c) for _, c, _ in here]
+
+
+def margins(dims: tuple[Dim, ...], planes: list[int], placed: list[tuple[int, int, int]],
+            u: tuple[int, ...]) -> list[list[str]]:
+    """The plane regions block u's input does not cover and a window of an existing tap
+    reads (padding), as slices per dim: each is zeroed, so no window reads an unwritten
+    element. The last u * dilation positions of each dim, shifted out, are read by no
+    existing tap (`_prefix`)."""
+    here = [shifted(p, d, ui * d.dil) for p, d, ui in zip(placed, dims, u, strict=True)]
+    if not all(c > 0 for _, c, _ in here) or any(d.up > 1 for d in dims):
+        return [[f"0:{p}" for p in planes]]
+    out = []
+    for i, ((_, c, st), p, d, ui) in enumerate(zip(here, planes, dims, u, strict=True)):
+        whole = [f"0:{q}" for q in planes]
+        for lo, hi in ((0, st), (st + c, p - ui * d.dil)):
+            if hi > lo:
+                out.append([*whole[:i], f"{lo}:{hi}", *whole[i + 1:]])
+    return out
