@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/shrink.py, run as a script
-from shrink import meta_task, minimum_bytes, shrink_source
+from shrink import meta_task, minimum_bytes, operator_flops, shrink_source
 
 #: torch.fx tracing keeps process-global state: in-process lowerings run one at a time.
 LOWERING = threading.Lock()
@@ -159,6 +159,7 @@ def estimate_only(path: Path, root: Path, entry: str, max_elements: int | None,
 
     from nkibot.sim import activate
     from nkibot.sim.cost import estimate
+    from nkibot.sim.cost.report import operator_roofline
 
     outcome = lower_only(path, root, entry, max_elements)
     if outcome.status != "lowered":
@@ -179,6 +180,8 @@ def estimate_only(path: Path, root: Path, entry: str, max_elements: int | None,
         shapes = [(tuple(spec.shape), KERNEL_DTYPES.get(spec.dtype, spec.dtype))
                   for spec in [*task.inputs, *task.state_dict] if spec.value is None]
         report = estimate(module.__dict__[lowered.function], *shapes, target=target)
+        low = any(spec.dtype in ("bfloat16", "float16") for spec in task.inputs)
+        model = operator_roofline(report.as_dict(), operator_flops(source, entry), low)
     except Exception as exc:  # the suite reports crashes, it does not stop on them
         return Outcome(outcome.path, outcome.category, "failed",
                        outcome.seconds + time.monotonic() - started, 0,
@@ -189,7 +192,7 @@ def estimate_only(path: Path, root: Path, entry: str, max_elements: int | None,
                    f"model estimate ({target}), not verified: {report.makespan_us:.1f} us, "
                    f"bottleneck {report.critical_engine}", report.dma_bytes,
                    minimum_bytes(source), outcome.shrunk, outcome.lower_s,
-                   report.roofline_fraction)
+                   float(model["roofline_fraction"]))
 
 
 async def convert_one(path: Path, root: Path, entry: str, model: str, backend: str,

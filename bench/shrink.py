@@ -137,6 +137,22 @@ def minimum_bytes(source: str, entry: str = "Model") -> int:
                if isinstance(t, torch.Tensor))
 
 
+def operator_flops(source: str, entry: str = "Model") -> float:
+    """The forward's FLOPs by PyTorch's FlopCounterMode, on the meta device (nothing runs
+    at size): what the cost model's roofline counts for the operator."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    _, namespace = _sizes(source)
+    with torch.device("meta"):
+        get_init = namespace.get("get_init_inputs")
+        model = namespace[entry](*(list(get_init()) if callable(get_init) else []))
+        values = list(namespace["get_inputs"]())
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            model(*values)
+    return float(counter.get_total_flops())
+
+
 def meta_task(source: str, path: str, entry: str = "Model") -> Any:
     """A Task for `source` built in this process from get_inputs() under the meta device.
 

@@ -30,6 +30,7 @@ from nkibot.results import (
     Status,
     TurnRecord,
 )
+from nkibot.sim.cost.report import operator_roofline
 from nkibot.task import Task
 
 #: Optimize-phase turns when neither the repo config nor the command sets them.
@@ -148,6 +149,9 @@ async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started
                                  kernel_args=args, max_turns=turns or task.max_turns,
                                  optimize_turns=optimize_turns)
     profile = await _profile(kb, task, outcome, stage)
+    if isinstance(profile, ProfileResult) and profile.model and reference.flops is not None:
+        profile.model = operator_roofline(profile.model, reference.flops,
+                                          reference.low_precision)
     return _assemble(task, name, kb, outcome, args, profile, started)
 
 

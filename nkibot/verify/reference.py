@@ -76,6 +76,8 @@ class ReferenceSet:
     low_precision: bool
     isolation: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: The operator's FLOPs (PyTorch's FlopCounterMode over the first trial's forward).
+    flops: float | None = None
 
     def __post_init__(self) -> None:
         self._finalizer = weakref.finalize(self, _remove, self.root, self.expected_root)
@@ -200,7 +202,15 @@ def compute_reference(task: Task, *, timeout_s: float = 120.0,
     return ReferenceSet(
         root=root, expected_root=expected_root, trials=trials, state=state,
         low_precision=any(s.dtype in LOW_PRECISION for s in task.inputs),
-        isolation=list(reply.outcome.isolation), seconds=reply.outcome.seconds)
+        isolation=list(reply.outcome.isolation), seconds=reply.outcome.seconds,
+        flops=_flops(reply.response["trials"]))
+
+
+def _flops(trials: list[Any]) -> float | None:
+    """The first trial's FLOP count, when the child gave a plain non-negative number."""
+    found = trials[0].get("flops") if trials and isinstance(trials[0], dict) else None
+    ok = isinstance(found, int | float) and not isinstance(found, bool) and found >= 0
+    return float(found) if ok and math.isfinite(float(found)) else None  # type: ignore[arg-type]
 
 
 def _seal(*roots: Path) -> None:

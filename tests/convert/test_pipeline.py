@@ -52,6 +52,10 @@ class TestConvert:
         assert result.verify is not None and result.verify.passed
         assert result.profile is not None and result.profile.hardware is False
         assert "not a latency measurement" in result.profile.measured_on
+        # tanh * 2 has no FLOPs PyTorch counts: the roofline is the I/O bytes alone
+        model = result.profile.model
+        assert model["flops"] == 0.0 and model["roofline_bound"] == "memory"
+        assert "operator" in model["roofline_basis"]
         assert stages == ["backend", "reference", "loop", "profile"]
         assert result.reasons == []
 

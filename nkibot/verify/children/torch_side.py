@@ -242,7 +242,15 @@ def _one_trial(request: dict[str, Any], t: int, seed: int, label: str,
     saved = [save_array(inputs_dir / f"trial{t}_in{i}.npy", to_numpy(x))
              for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
     started = time.monotonic()
-    outputs = _run(model, inputs, fp32=True)
+    flops = None
+    if t == 0:  # the operator's FLOPs, for the cost model's roofline (one count suffices)
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            outputs = _run(model, inputs, fp32=True)
+        flops = int(counter.get_total_flops())
+    else:
+        outputs = _run(model, inputs, fp32=True)
     fp32_s = time.monotonic() - started
     expected = [save_array(expected_dir / f"trial{t}_out{k}.npy", to_numpy(o.float()
                 if o.dtype == torch.float64 else o)) for k, o in enumerate(outputs)]
@@ -258,7 +266,7 @@ def _one_trial(request: dict[str, Any], t: int, seed: int, label: str,
             native = [torch_dtype_name(low_dtypes[0]) if n == "float32" and low_dtypes else n
                       for n in native]
     return {"seed": seed, "label": label, "inputs": saved, "expected": expected,
-            "native_dtypes": native, "native_error": native_error,
+            "native_dtypes": native, "native_error": native_error, "flops": flops,
             "ref_errors": _timed_errors(model, inputs, outputs) if (
                 label != "normal" and fp32_s <= FP64_TRIAL_S
                 and _fp64_spent[0] <= FP64_TOTAL_S) else []}
