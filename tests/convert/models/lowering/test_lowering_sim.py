@@ -55,6 +55,13 @@ ROWWISE = {
     "huber": ("F.smooth_l1_loss(x, y) + F.huber_loss(x, y, delta=0.5)", "x, y", "normal", ""),
     "hinge": ("torch.mean(torch.clamp(1 - x * y, min=0))", "x, y", "normal", ""),
     "kl_div": ("F.kl_div(torch.log(x), y, reduction='batchmean')", "x, y", "probability", ""),
+    # fused forms: affine chains under activations, row sums riding on them (fused.py)
+    "fused_affine_activation": ("torch.exp(2 - x * 0.5).sum(-1, keepdim=True) + torch.tanh("
+                                "(x - x.mean(-1, keepdim=True)) * 0.3 + 1)", "x", "normal", ""),
+    "fused_row_scale_bias": ("torch.sigmoid(x * x.amax(-1, keepdim=True) - 0.5) + (1 - x) / "
+                             "x.abs().sum(-1, keepdim=True)", "x", "normal", ""),
+    "fused_scalar_tensor_tensor": ("torch.clamp(x * 0.5 - 1, min=-0.7) * y + (2 - y) - "
+                                   "torch.maximum(x, y * 3)", "x, y", "normal", ""),
 }
 MATMUL = {
     "mm": ("torch.matmul(x, y)", [(200, 300), (300, 600)], ""),
