@@ -154,6 +154,9 @@ class TileEmitter:
             self.block.line(f"nisa.iota({var}, [[1, q]], offset=c0)  # column index c0 + j")
             return var
         self.block.line(f"{var} = {self.expression(op)}")
+        tiles = [a for a in op.args if isinstance(a, Ref) and self.kind(a.name) == FULL]
+        if not self.final and (tiles or self.pl.kinds[op.name] == FULL):
+            fused.charge(self, "vector", min(max(len(tiles), 1), 2))  # a plain nl op: Vector
         return var
 
     def expression(self, op: Op) -> str:

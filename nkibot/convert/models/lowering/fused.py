@@ -19,13 +19,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nkibot.convert.models.lowering.ir import Arg, Op, Ref
-from nkibot.convert.models.lowering.layout import FULL, ROW, TOTAL
+from nkibot.convert.models.lowering.layout import FULL, ONE, ROW, TOTAL
 
 if TYPE_CHECKING:
     from nkibot.convert.models.lowering.body import TileEmitter
 
 TS_OPS = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply",
-          "maximum": "nl.maximum", "minimum": "nl.minimum"}
+          "maximum": "nl.maximum", "minimum": "nl.minimum", "gt": "nl.greater",
+          "ge": "nl.greater_equal", "lt": "nl.less", "le": "nl.less_equal", "eq": "nl.equal",
+          "ne": "nl.not_equal"}
 #: unary primitives that are not Scalar Engine activation functions
 VECTOR_UNARY = frozenset({"abs", "neg"})
 PASS_NS = {"vector": 1 / 1.12, "scalar": 1 / 1.4}  # ns per element per partition, one pass
@@ -60,15 +62,33 @@ def single_use(em: TileEmitter, name: str) -> bool:
             and _op(em, name) is not None and len(users(em, name)) == 1)
 
 
+def full_kind(em: TileEmitter, name: str) -> bool:
+    """A FULL value, or column indices (an iota) that may be generated as a [p, q] tile."""
+    op = _op(em, em.res.target(name))
+    return em.kind(name) == FULL or (op is not None and op.op == "iota")
+
+
+def full_value(em: TileEmitter, name: str) -> str:
+    """`name` as a [p, q] tile: an iota is generated at full size (no partition broadcast)."""
+    op = _op(em, name)
+    if op is None or op.op != "iota" or em.kind(name) == FULL:
+        return em.value(name)
+    key = f"iota:{name}"
+    if key not in em.consts:
+        var = em.consts[key] = tile_var(em, name, f"{name}_full")
+        em.block.line(f"nisa.iota({var}, [[1, q]], offset=c0)  # column index c0 + j, every row")
+    return em.consts[key]
+
+
 def step_of(em: TileEmitter, op: Op | None) -> tuple[str, Step] | None:
     """(the FULL operand, the step) of a FULL op with one literal or ROW operand."""
     if op is None or em.final or op.op not in TS_OPS or em.pl.kinds[op.name] != FULL:
         return None
-    tiles = [i for i, a in enumerate(op.args) if isinstance(a, Ref) and em.kind(a.name) == FULL]
+    tiles = [i for i, a in enumerate(op.args) if isinstance(a, Ref) and full_kind(em, a.name)]
     if len(op.args) != 2 or len(tiles) != 1:
         return None
     other = op.args[1 - tiles[0]]
-    if isinstance(other, Ref) and em.kind(other.name) != ROW:
+    if isinstance(other, Ref) and em.kind(other.name) not in (ROW, TOTAL, ONE):
         return None
     full = op.args[tiles[0]]
     assert isinstance(full, Ref)
@@ -148,12 +168,12 @@ def tile_var(em: TileEmitter, name: str, base: str = "") -> str:
 def coef(em: TileEmitter, c: Coef, bias: bool) -> str | None:
     """The activation argument for a scale or bias (a bias must be a [p, 1] tile on trn1)."""
     if isinstance(c, tuple):
-        var = em.value(c[0])
+        var = em.operand(Ref(c[0]), ROW)
         if not c[1]:
             return var
         key = f"-{var}"
         if key not in em.consts:
-            em.consts[key] = em.names.fresh(f"{var}_neg")
+            em.consts[key] = em.names.fresh(f"{c[0]}_neg")
             em.block.line(f"{em.consts[key]} = nl.negative({var})")
         return em.consts[key]
     if not bias:
@@ -193,12 +213,12 @@ def activation(em: TileEmitter, name: str, func: str, data: str, scale: Coef = 1
 
 def operand(em: TileEmitter, step: Step) -> str:
     if isinstance(step.operand, Ref):
-        return em.value(step.operand.name)
+        return em.operand(step.operand, ROW)  # a [p, 1] column (a total broadcast to one)
     return repr(float(step.operand))  # type: ignore[arg-type,unused-ignore]
 
 
 def tensor_scalar(em: TileEmitter, name: str, base: str, steps: list[Step]) -> str:
-    data = em.value(base)
+    data = full_value(em, base)
     args = []
     for i, (step, scalar) in enumerate(zip(steps, [operand(em, s) for s in steps],
                                            strict=True)):
@@ -215,10 +235,15 @@ def fused(em: TileEmitter, op: Op) -> str | None:
     if em.final or em.pl.kinds[op.name] != FULL:
         return None
     if op.op in em.activations:
-        return _activation_op(em, op)
+        return _activation_op(em, op, em.activations[op.op])
     if op.op not in TS_OPS:
         return None
     found = chain(em, op.name)
+    relu = step_of(em, op)
+    if relu is not None and relu[1] == Step("maximum", 0.0, relu[1].reverse):
+        # max(t, 0) is relu(t): the Scalar Engine may take it, with t's affine chain
+        if pick(em, {"vector": PASS_NS["vector"], "scalar": PASS_NS["scalar"]}) == "scalar":
+            return _activation_op(em, op, "nl.relu")
     if found is not None:
         base, steps = found
         form = affine(steps)
@@ -226,20 +251,19 @@ def fused(em: TileEmitter, op: Op) -> str | None:
         if form is not None:
             costs["scalar"] = PASS_NS["scalar"]
         if pick(em, costs) == "scalar" and form is not None:
-            return activation(em, op.name, "nl.copy", em.value(base), *form)
+            return activation(em, op.name, "nl.copy", full_value(em, base), *form)
         return tensor_scalar(em, op.name, base, steps)
     return _scalar_tensor_tensor(em, op)
 
 
-def _activation_op(em: TileEmitter, op: Op) -> str:
-    arg = op.args[0]
-    assert isinstance(arg, Ref)
+def _activation_op(em: TileEmitter, op: Op, func: str) -> str:
+    arg = next(a for a in op.args if isinstance(a, Ref))
     base = em.res.target(arg.name)
     found = chain(em, base) if single_use(em, base) else None
     form = affine(found[1]) if found is not None else None
     if found is not None and form is not None:
-        return activation(em, op.name, em.activations[op.op], em.value(found[0]), *form)
-    return activation(em, op.name, em.activations[op.op], em.value(base))
+        return activation(em, op.name, func, full_value(em, found[0]), *form)
+    return activation(em, op.name, func, em.value(base))
 
 
 def _scalar_tensor_tensor(em: TileEmitter, op: Op) -> str | None:
@@ -253,7 +277,7 @@ def _scalar_tensor_tensor(em: TileEmitter, op: Op) -> str | None:
         if found is None or names[1 - i] == name:
             continue
         base, step = found
-        other, data, scalar = em.value(names[1 - i]), em.value(base), operand(em, step)
+        other, data, scalar = em.value(names[1 - i]), full_value(em, base), operand(em, step)
         var = tile_var(em, op.name)
         em.block.line(
             f"nisa.scalar_tensor_tensor(dst={var}, data={data}, op0={TS_OPS[step.op]}, "

@@ -165,6 +165,8 @@ MIDDLE_AND_NCHW = {
                        "        self.bn = nn.BatchNorm1d(20)\n"
                        "        self.bn.running_mean.normal_()\n"
                        "        nn.init.normal_(self.bn.bias)"),
+    # a whole-tensor total over short innermost rows: the frame takes >= 512-column rows
+    "frobenius_short_rows": ("x / torch.norm(x, p='fro')", (3, 4, 20, 8), ""),
     "instancenorm": ("self.norm(x)", (2, 16, 10, 10), "        self.norm = nn.InstanceNorm2d(16)"),
     "groupnorm_plain": ("self.norm(x)", (2, 16, 10, 10),
                         "        self.norm = nn.GroupNorm(4, 16, affine=False)"),
