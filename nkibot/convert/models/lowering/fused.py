@@ -240,10 +240,10 @@ def fused(em: TileEmitter, op: Op) -> str | None:
         return None
     found = chain(em, op.name)
     relu = step_of(em, op)
-    if relu is not None and relu[1] == Step("maximum", 0.0, relu[1].reverse):
-        # max(t, 0) is relu(t): the Scalar Engine may take it, with t's affine chain
-        if pick(em, {"vector": PASS_NS["vector"], "scalar": PASS_NS["scalar"]}) == "scalar":
-            return _activation_op(em, op, "nl.relu")
+    # max(t, 0) is relu(t): the Scalar Engine may take it, with t's affine chain
+    if relu is not None and relu[1] == Step("maximum", 0.0, relu[1].reverse) and pick(
+            em, dict(PASS_NS)) == "scalar":
+        return _activation_op(em, op, "nl.relu")
     if found is not None:
         base, steps = found
         form = affine(steps)
