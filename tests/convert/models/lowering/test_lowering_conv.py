@@ -295,6 +295,16 @@ class TestBlockNormOnSim:
                      "        nn.init.normal_(self.norm.bias)")
         check_on_sim(make_task(module_source("self.norm(x)", init=init), [shape]))
 
+    @pytest.mark.parametrize(("ctor", "shape", "dtype"), [
+        ("nn.LayerNorm((8, 30, 20))", (2, 8, 30, 20), "bfloat16"),
+        ("nn.LayerNorm((16, 24, 20), bias=False)", (3, 16, 24, 20), "float32"),
+        ("nn.LayerNorm((16, 24, 20), bias=False)", (2, 16, 24, 20), "bfloat16"),
+    ])
+    def test_layernorm_fused_passes(self, ctor: str, shape: tuple[int, ...], dtype: str) -> None:
+        """Sums on Scalar Engine passes, the affine in scalar_tensor_tensor: bf16, weight only."""
+        init = f"        self.norm = {ctor}\n        nn.init.normal_(self.norm.weight)"
+        check_on_sim(make_task(module_source("self.norm(x)", init=init), [shape], dtype))
+
     def test_groupnorm_packs_batch_and_channels_on_partitions(self) -> None:
         """KernelBench 35's 4-channel groups fill 128 partitions (not 4), weights loaded once."""
         src = module_source("self.norm(x)", init="        self.norm = nn.GroupNorm(8, 32)")
