@@ -20,6 +20,7 @@ from nkibot.convert.models.lowering.layout import (
     resolve,
 )
 from nkibot.convert.models.lowering.matmul import emit_matmul
+from nkibot.convert.models.lowering.middle import emit_middle
 from nkibot.convert.models.lowering.norm import emit_blocknorm
 from nkibot.convert.models.lowering.pool import emit_pool
 from nkibot.convert.models.lowering.rowwise import Kernel, Output, emit_rowwise
@@ -154,7 +155,7 @@ def _lower(graph: Graph, entry: str, choices: dict[str, str]
             emit_conv(res, outputs, kernel)
         elif any(op.op == "matmul" for op in res.ops):
             emit_matmul(res, outputs, kernel)
-        else:
+        elif not emit_middle(res, outputs, kernel):
             pl = _place_any(res, [o.name for o in outputs])
             if any(pl.kinds[res.target(o.name)] not in ("full", "row", TOTAL) for o in outputs):
                 raise LayoutError("an output that is a broadcast parameter")

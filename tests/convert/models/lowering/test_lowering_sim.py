@@ -167,6 +167,12 @@ MIDDLE_AND_NCHW = {
                        "        nn.init.normal_(self.bn.bias)"),
     # a whole-tensor total over short innermost rows: the frame takes >= 512-column rows
     "frobenius_short_rows": ("x / torch.norm(x, p='fro')", (3, 4, 20, 8), ""),
+    # one middle dim reduced, kept rows on the partitions (middle.py): ragged rows,
+    # several k chunks, columns split in two
+    "sum_dim1_rows": ("torch.sum(x, dim=1, keepdim=True)", (130, 12, 160), ""),
+    "mean_dim1_chunks": ("torch.mean(x, dim=1) * 2 + 1", (70, 64, 200), ""),
+    "max_dim1_split_cols": ("torch.max(x, dim=1)[0]", (64, 2, 4100), ""),
+    "min_dim2_4d": ("torch.amin(x, dim=2)", (8, 9, 20, 256), ""),
     "instancenorm": ("self.norm(x)", (2, 16, 10, 10), "        self.norm = nn.InstanceNorm2d(16)"),
     "groupnorm_plain": ("self.norm(x)", (2, 16, 10, 10),
                         "        self.norm = nn.GroupNorm(4, 16, affine=False)"),
