@@ -173,6 +173,12 @@ MIDDLE_AND_NCHW = {
     "mean_dim1_chunks": ("torch.mean(x, dim=1) * 2 + 1", (70, 64, 200), ""),
     "max_dim1_split_cols": ("torch.max(x, dim=1)[0]", (64, 2, 4100), ""),
     "min_dim2_4d": ("torch.amin(x, dim=2)", (8, 9, 20, 256), ""),
+    # x * f(sum over channels of g(x)), channels <= 128 (channelnorm.py): ragged groups,
+    # ragged 512-column slices
+    "rmsnorm_channel_groups": ("x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)",
+                               (3, 32, 8, 64), ""),
+    "rsqrt_channel_sums": ("x * torch.rsqrt(x.pow(2).sum(1, keepdim=True) * 0.5 + 1)",
+                           (5, 16, 600), ""),
     "instancenorm": ("self.norm(x)", (2, 16, 10, 10), "        self.norm = nn.InstanceNorm2d(16)"),
     "groupnorm_plain": ("self.norm(x)", (2, 16, 10, 10),
                         "        self.norm = nn.GroupNorm(4, 16, affine=False)"),
