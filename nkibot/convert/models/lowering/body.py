@@ -68,6 +68,8 @@ class TileEmitter:
     used_totals: list[str] = field(default_factory=list)
     #: Computes a TOTAL value in the kernel body and returns its variable (tile mode).
     need_total: Callable[[str], str] | None = None
+    #: The kernel body, where constants shared by every tile (a full iota) are built once.
+    hoist: Block | None = None
     #: modelled ns per element of the passes given to each engine so far (fused.pick)
     busy: dict[str, float] = field(default_factory=lambda: {"vector": 0.0, "scalar": 0.0})
     consts: dict[str, str] = field(default_factory=dict)  # [p, 1] bias tiles, negated rows

@@ -30,6 +30,7 @@ TS_OPS = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply",
           "ne": "nl.not_equal"}
 #: unary primitives that are not Scalar Engine activation functions
 VECTOR_UNARY = frozenset({"abs", "neg"})
+HOISTED_IOTA = 8192  # widest full iota built once in the kernel body (32 KiB a partition)
 PASS_NS = {"vector": 1 / 1.12, "scalar": 1 / 1.4}  # ns per element per partition, one pass
 
 
@@ -74,7 +75,16 @@ def full_value(em: TileEmitter, name: str) -> str:
     if op is None or op.op != "iota" or em.kind(name) == FULL:
         return em.value(name)
     key = f"iota:{name}"
-    if key not in em.consts:
+    cols = em.pl.frame.cols
+    if key not in em.consts and em.hoist is not None and cols <= HOISTED_IOTA:
+        # the same [128, cols] column indices serve every tile: built once, sliced
+        var = em.names.fresh(f"{name}_all")
+        em.hoist.comment(f"column indices 0..{cols - 1} on every partition (built once)")
+        em.hoist.line(f"{var} = nl.ndarray((128, {cols}), dtype=nl.float32, buffer=nl.sbuf)")
+        em.hoist.line(f"nisa.iota({var}, [[1, {cols}]], offset=0)")
+        em.used_totals.append(var)
+        em.consts[key] = f"{var}[0:p, nl.ds(c0, q)]"
+    elif key not in em.consts:
         var = em.consts[key] = tile_var(em, name, f"{name}_full")
         em.block.line(f"nisa.iota({var}, [[1, q]], offset=c0)  # column index c0 + j, every row")
     return em.consts[key]

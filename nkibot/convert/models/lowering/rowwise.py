@@ -135,7 +135,7 @@ def _emit_stage(res: Resolved, pl: Placement, outputs: list[Output], kernel: Ker
     block = Block(depth=1)
     names = Names(set(kernel.names.taken) | {"o", "r0", "p", "c0", "q"})
     tile = TileEmitter(res, pl, block, names, views=kernel.leaf_views,
-                       totals=dict(final.totals), need_total=final.value)
+                       totals=dict(final.totals), need_total=final.value, hoist=kernel.body)
     params: list[str] = []
     mine = [op for op in res.ops if op.name in accs and pl.stage[_src(res, op)] == stage]
     for op in mine:
