@@ -139,7 +139,7 @@ class TileEmitter:
 
     def compute(self, name: str) -> str:
         op = next(o for o in self.res.ops if o.name == name)
-        found = fused.fused(self, op)
+        found = fused.fused(self, op) or fused.arg_extreme(self, op)
         if found is not None:
             return found
         src = op.args[0] if op.args else None

@@ -316,3 +316,49 @@ def row_sum(em: TileEmitter, op: Op, src: str) -> str:
     em.block.line(f"nisa.activation(dst={scratch}, op=nl.copy, data={value}, "
                   f"reduce_op=nl.add, reduce_res={part})")
     return part
+
+
+def _arg_parts(em: TileEmitter, op: Op) -> tuple[str, str] | None:
+    """(x, rmax | rmin) of `rmin(where(x == peak(x), iota, L))`: an argmax/argmin row."""
+    if em.final or op.op != "rmin" or em.pl.kinds[op.name] != ROW or not em.pl.col_reduce:
+        return None
+    where = _op(em, em.res.target(op.args[0].name)) if isinstance(op.args[0], Ref) else None
+    if where is None or where.op != "where" or not isinstance(where.args[0], Ref):
+        return None
+    hit, index = _op(em, em.res.target(where.args[0].name)), where.args[1]
+    if hit is None or hit.op != "eq" or not isinstance(index, Ref) or not all(
+            isinstance(a, Ref) for a in hit.args) or _op(em, em.res.target(index.name)) is None:
+        return None
+    x, peak = (em.res.target(a.name) for a in hit.args)  # type: ignore[union-attr]
+    peak_op = _op(em, peak)
+    if (peak_op is None or peak_op.op not in ("rmax", "rmin") or peak_op.args[0] != Ref(x)
+            or em.kind(x) != FULL or not 8 <= em.pl.frame.cols <= 16384):
+        return None
+    return x, peak_op.op
+
+
+def arg_extreme(em: TileEmitter, op: Op) -> str | None:
+    """argmax/argmin along the (whole) row: `nisa.max8` then `nisa.nc_find_index8`.
+
+    Two Vector passes instead of a max, a compare, a select and a min (with their
+    broadcasts); find_index8 returns the first occurrence, as PyTorch does.
+    """
+    found = _arg_parts(em, op)
+    if found is None:
+        return None
+    x, peak = found
+    data = em.value(x)
+    em.origin_comment(op)
+    if peak == "rmin":  # the first minimum of x is the first maximum of -x
+        data = activation(em, op.name, "nl.copy", data, -1.0)
+        em.scratch += 1
+    em.block.comment("the row's 8 largest values, then the first index of the largest")
+    top, index, var = (em.names.fresh(f"{op.name}_{s}") for s in ("top8", "index8", "index"))
+    em.block.line(f"{top} = nl.ndarray((p, 8), dtype=nl.float32, buffer=nl.sbuf)")
+    em.block.line(f"nisa.max8(dst={top}, src={data})")
+    em.block.line(f"{index} = nl.ndarray((p, 8), dtype=nl.uint32, buffer=nl.sbuf)")
+    em.block.line(f"nisa.nc_find_index8(dst={index}, data={data}, vals={top})")
+    em.block.line(f"{var} = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    em.block.line(f"nisa.tensor_copy(dst={var}, src={index}[0:p, 0:1])")
+    charge(em, "vector", 2)
+    return var

@@ -213,10 +213,18 @@ class TestArgReductionOnSim:
         ("torch.argmax(x, dim=1)", (6, 70, 33)),
         ("torch.argmin(x, dim=-1)", (130, 90)),
         ("torch.argmax(x, dim=2, keepdim=True)", (3, 5, 40)),
+        # clamped: many ties at the extreme, the first index wins (max8 + nc_find_index8)
+        ("torch.argmin(torch.clamp(x, -0.5, 0.5), dim=-1)", (130, 90)),
+        ("torch.argmax(torch.clamp(x, -0.5, 0.5), dim=1)", (4, 60, 20)),
     ])
     def test_indices_match_torch(self, expr: str, shape: tuple[int, ...]) -> None:
         """The first index of the extreme value, returned by the int32 convention."""
         check_on_sim(make_task(module_source(expr), [shape]), tol=0.0)
+
+    def test_bf16_ties(self) -> None:
+        """bf16 inputs (ties are common) give PyTorch's first index."""
+        check_on_sim(make_task(module_source("torch.argmax(x, dim=-1)"), [(200, 300)],
+                               "bfloat16"), tol=0.0)
 
 
 class TestBigOutputs:
