@@ -75,6 +75,7 @@ class TileEmitter:
     consts: dict[str, str] = field(default_factory=dict)  # [p, 1] bias tiles, negated rows
     partials: dict[str, str] = field(default_factory=dict)  # rsum -> its fused [p, 1] sums
     scratch: int = 0  # [p, q] tiles written only for a Scalar Engine row sum
+    native: dict[str, str] = field(default_factory=dict)  # tile var -> its nl dtype if not fp32
     activations: dict[str, str] = field(default_factory=lambda: dict(ACTIVATIONS))
     _origin: str = ""
 
@@ -127,7 +128,8 @@ class TileEmitter:
         frame = self.pl.frame
         if frame.perm and kind == FULL and frame.rows > 1 and frame.cols > 1 and not (
                 view.sliced):
-            transposed_load(self.block, var, hbm, o, offset("c0", view.col_start))
+            transposed_load(self.block, var, hbm, o, offset("c0", view.col_start),
+                            scalar=fused.pick(self, dict(fused.PASS_NS)) == "scalar")
             return var
         self.block.line(f"{var} = nl.load({hbm}[{o}, {rows}, {cols}], dtype=nl.float32)")
         return var
@@ -155,7 +157,10 @@ class TileEmitter:
             self.block.line(f"{var} = nl.ndarray((1, q), dtype=nl.float32, buffer=nl.sbuf)")
             self.block.line(f"nisa.iota({var}, [[1, q]], offset=c0)  # column index c0 + j")
             return var
-        self.block.line(f"{var} = {self.expression(op)}")
+        expr = self.expression(op)
+        self.block.line(f"{var} = {expr}")
+        if expr in self.native:  # a view keeps its tile's dtype
+            self.native[var] = self.native[expr]
         tiles = [a for a in op.args if isinstance(a, Ref) and self.kind(a.name) == FULL]
         if not self.final and (tiles or self.pl.kinds[op.name] == FULL):
             fused.charge(self, "vector", min(max(len(tiles), 1), 2))  # a plain nl op: Vector

@@ -358,7 +358,19 @@ def arg_extreme(em: TileEmitter, op: Op) -> str | None:
     em.block.line(f"nisa.max8(dst={top}, src={data})")
     em.block.line(f"{index} = nl.ndarray((p, 8), dtype=nl.uint32, buffer=nl.sbuf)")
     em.block.line(f"nisa.nc_find_index8(dst={index}, data={data}, vals={top})")
-    em.block.line(f"{var} = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    dtype = "nl.int32" if _only_stored(em, op.name) else "nl.float32"
+    em.block.line(f"{var} = nl.ndarray((p, 1), dtype={dtype}, buffer=nl.sbuf)")
     em.block.line(f"nisa.tensor_copy(dst={var}, src={index}[0:p, 0:1])")
+    em.native[var] = dtype
     charge(em, "vector", 2)
     return var
+
+
+def _only_stored(em: TileEmitter, name: str) -> bool:
+    """`name` reaches only outputs (through views): it may be computed as int32 directly."""
+    outputs = {em.res.target(r.name) for r in em.res.graph.outputs}
+    readers = users(em, name)
+    if any(op.op != "view" for op in readers):
+        return False
+    return (name in outputs and not readers) or (bool(readers) and all(
+        _only_stored(em, op.name) for op in readers))

@@ -191,7 +191,7 @@ def _store_tile(tile: TileEmitter, kernel: Kernel, res: Resolved, pl: Placement,
     if frame.perm and kind == FULL and frame.rows > 1 and frame.cols > 1:
         transposed_store(tile.block, value, view, "o", nl_dtype(out.dtype))
         return view
-    if out.dtype != "float32":
+    if out.dtype != "float32" and tile.native.get(value) != nl_dtype(out.dtype):
         cast = tile.names.fresh(f"{out.var}_cast")
         tile.block.line(f"{cast} = nl.copy({value}, dtype={nl_dtype(out.dtype)})")
         value = cast
