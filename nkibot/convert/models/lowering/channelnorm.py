@@ -13,13 +13,12 @@ at 0.18 of the roofline (model estimate, trn1).
 
 from __future__ import annotations
 
-import math
-
 from nkibot.convert.models.lowering import fused
 from nkibot.convert.models.lowering.body import ACTIVATIONS
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.ir import Op, Ref
 from nkibot.convert.models.lowering.layout import Resolved
+from nkibot.convert.models.lowering.middle import around
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
 
 WIDTH = 2048  # columns a load (8 KiB of fp32 per partition)
@@ -57,13 +56,11 @@ def _plan(res: Resolved, outputs: list[Output]) -> tuple[str, Op, list[Op]] | No
 
 def emit_channelnorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> bool:
     """Emit the kernel when the graph is `x * f(sum_k g(x))` over a middle dim; else False."""
-    found = _plan(res, outputs)
-    if found is None:
+    if (found := _plan(res, outputs)) is None:
         return False
+    k, a, kk, b = around(res, found[1])
     leaf, red, chain = found
-    shape, k = res.shape(red.args[0].name), red.dims[0]  # type: ignore[union-attr]
-    kk, a, b = shape[k], math.prod(shape[:k]), math.prod(shape[k + 1:])
-    if k == 0 or k == len(shape) - 1 or PMAX % kk or b < BANK:
+    if k == 0 or PMAX % kk or b < BANK:
         return False
     groups = PMAX // kk
     body = kernel.body

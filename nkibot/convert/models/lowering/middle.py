@@ -30,6 +30,12 @@ def _largest_divisor(n: int, limit: int) -> int:
     return next(d for d in range(min(n, max(limit, 1)), 0, -1) if n % d == 0)
 
 
+def around(res: Resolved, red: Op) -> tuple[int, int, int, int]:
+    """(k, A, K, B) of a one-dim reduction: the dim, the dims before it, its size, after it."""
+    shape, k = res.shape(red.args[0].name), red.dims[0]  # type: ignore[union-attr]
+    return k, math.prod(shape[:k]), shape[k], math.prod(shape[k + 1:])
+
+
 def _plan(res: Resolved, outputs: list[Output]) -> tuple[Op, str, list[Op]] | None:
     """(the reduction, its input leaf, the literal ops after it) when the graph is only that."""
     if len(outputs) != 1 or not res.ops or res.ops[0].op not in FOLD:
@@ -58,12 +64,10 @@ def _plan(res: Resolved, outputs: list[Output]) -> tuple[Op, str, list[Op]] | No
 
 def emit_middle(res: Resolved, outputs: list[Output], kernel: Kernel) -> bool:
     """Emit the kernel when the graph is one middle-dim reduction of an input; else False."""
-    found = _plan(res, outputs)
-    if found is None:
+    if (found := _plan(res, outputs)) is None:
         return False
     red, leaf, after = found
-    shape, k = res.shape(red.args[0].name), red.dims[0]  # type: ignore[union-attr]
-    a, kk, b = math.prod(shape[:k]), shape[k], math.prod(shape[k + 1:])
+    k, a, kk, b = around(res, red)
     bq = _largest_divisor(b, CHUNK)
     kc = _largest_divisor(kk, CHUNK // bq)
     if k == 0 or b == 1 or a < MIN_ROWS or bq * kc < MIN_RUN or bq < MIN_RUN // 4:
