@@ -148,9 +148,14 @@ class TileEmitter:
         if (op.op == "rsum" and not self.final and isinstance(src, Ref)
                 and self.kind(src.name) == FULL and self.pl.kinds[op.name] == ROW):
             return fused.row_sum(self, op, self.res.target(src.name))
-        for arg in op.args:
-            if isinstance(arg, Ref):
-                self.value(arg.name)  # operands first: their lines precede this op's comment
+        # operands first (their lines precede this op's comment); the one with fewer per-row
+        # ops first: those are chains of small dependent instructions that wait on other
+        # engines, so the full-tile work of the other operand is issued ahead of them
+        refs = [a.name for a in op.args if isinstance(a, Ref)]
+        if not any(self.res.target(r) in self.res.views for r in refs):
+            refs.sort(key=self.row_ops)
+        for arg in refs:
+            self.value(arg)
         self.origin_comment(op)
         var = self.names.fresh(f"{op.name}")
         if op.op == "iota":
@@ -165,6 +170,16 @@ class TileEmitter:
         if not self.final and (tiles or self.pl.kinds[op.name] == FULL):
             fused.charge(self, "vector", min(max(len(tiles), 1), 2))  # a plain nl op: Vector
         return var
+
+    def row_ops(self, name: str) -> int:
+        """Per-row (ROW) ops still to emit in the computation of `name`."""
+        name = self.res.target(name)
+        op = None if name in self.done or name in self.seed else next(
+            (o for o in self.res.ops if o.name == name), None)
+        if op is None:
+            return 0
+        own = 1 if self.pl.kinds.get(name) == ROW else 0
+        return own + sum(self.row_ops(a.name) for a in op.args if isinstance(a, Ref))
 
     def expression(self, op: Op) -> str:
         kind = self.pl.kinds[op.name]
