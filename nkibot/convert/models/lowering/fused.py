@@ -183,8 +183,10 @@ def coef(em: TileEmitter, c: Coef, bias: bool) -> str | None:
             return var
         key = f"-{var}"
         if key not in em.consts:
-            em.consts[key] = em.names.fresh(f"{c[0]}_neg")
-            em.block.line(f"{em.consts[key]} = nl.negative({var})")
+            neg = em.consts[key] = em.names.fresh(f"{c[0]}_neg")
+            em.block.line(f"{neg} = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+            # on the Scalar Engine, which runs the activation that reads it
+            em.block.line(f"nisa.activation(dst={neg}, op=nl.copy, data={var}, scale=-1.0)")
         return em.consts[key]
     if not bias:
         return repr(c)
