@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nkibot.convert.models.lowering import fused
 from nkibot.convert.models.lowering.builder import Block, Names, ds, offset, transposed_load
 from nkibot.convert.models.lowering.ir import REDUCE, Arg, Op, Ref
 from nkibot.convert.models.lowering.layout import (
@@ -38,6 +39,8 @@ BINARY_NL = {
     "ge": "nl.greater_equal", "lt": "nl.less", "le": "nl.less_equal", "eq": "nl.equal",
     "ne": "nl.not_equal",
 }
+#: unary primitives the Scalar Engine runs as `nisa.activation` functions
+ACTIVATIONS = {k: v for k, v in UNARY_NL.items() if k not in ("neg", "abs")}
 REDUCE_NL = {"rsum": "nl.sum", "rmax": "nl.max", "rmin": "nl.min", "rprod": "nl.prod"}
 COMPARE = frozenset({"gt", "ge", "lt", "le", "eq", "ne"})
 
@@ -65,6 +68,15 @@ class TileEmitter:
     used_totals: list[str] = field(default_factory=list)
     #: Computes a TOTAL value in the kernel body and returns its variable (tile mode).
     need_total: Callable[[str], str] | None = None
+    #: The kernel body, where constants shared by every tile (a full iota) are built once.
+    hoist: Block | None = None
+    #: modelled ns per element of the passes given to each engine so far (fused.pick)
+    busy: dict[str, float] = field(default_factory=lambda: {"vector": 0.0, "scalar": 0.0})
+    consts: dict[str, str] = field(default_factory=dict)  # [p, 1] bias tiles, negated rows
+    partials: dict[str, str] = field(default_factory=dict)  # rsum -> its fused [p, 1] sums
+    scratch: int = 0  # [p, q] tiles written only for a Scalar Engine row sum
+    native: dict[str, str] = field(default_factory=dict)  # tile var -> its nl dtype if not fp32
+    activations: dict[str, str] = field(default_factory=lambda: dict(ACTIVATIONS))
     _origin: str = ""
 
     def shape(self, kind: str) -> str:
@@ -116,26 +128,58 @@ class TileEmitter:
         frame = self.pl.frame
         if frame.perm and kind == FULL and frame.rows > 1 and frame.cols > 1 and not (
                 view.sliced):
-            transposed_load(self.block, var, hbm, o, offset("c0", view.col_start))
+            transposed_load(self.block, var, hbm, o, offset("c0", view.col_start),
+                            scalar=fused.pick(self, dict(fused.PASS_NS)) == "scalar")
             return var
         self.block.line(f"{var} = nl.load({hbm}[{o}, {rows}, {cols}], dtype=nl.float32)")
         return var
 
-    def compute(self, name: str) -> str:
-        op = next(o for o in self.res.ops if o.name == name)
-        for arg in op.args:
-            if isinstance(arg, Ref):
-                self.value(arg.name)  # operands first: their lines precede this op's comment
+    def origin_comment(self, op: Op) -> None:
         if op.origin and op.origin != self._origin:
             self.block.comment(op.origin)
             self._origin = op.origin
+
+    def compute(self, name: str) -> str:
+        op = next(o for o in self.res.ops if o.name == name)
+        found = fused.fused(self, op) or fused.arg_extreme(self, op)
+        if found is not None:
+            return found
+        src = op.args[0] if op.args else None
+        if (op.op == "rsum" and not self.final and isinstance(src, Ref)
+                and self.kind(src.name) == FULL and self.pl.kinds[op.name] == ROW):
+            return fused.row_sum(self, op, self.res.target(src.name))
+        # operands first (their lines precede this op's comment); the one with fewer per-row
+        # ops first: those are chains of small dependent instructions that wait on other
+        # engines, so the full-tile work of the other operand is issued ahead of them
+        refs = [a.name for a in op.args if isinstance(a, Ref)]
+        if not any(self.res.target(r) in self.res.views for r in refs):
+            refs.sort(key=self.row_ops)
+        for arg in refs:
+            self.value(arg)
+        self.origin_comment(op)
         var = self.names.fresh(f"{op.name}")
         if op.op == "iota":
             self.block.line(f"{var} = nl.ndarray((1, q), dtype=nl.float32, buffer=nl.sbuf)")
             self.block.line(f"nisa.iota({var}, [[1, q]], offset=c0)  # column index c0 + j")
             return var
-        self.block.line(f"{var} = {self.expression(op)}")
+        expr = self.expression(op)
+        self.block.line(f"{var} = {expr}")
+        if expr in self.native:  # a view keeps its tile's dtype
+            self.native[var] = self.native[expr]
+        tiles = [a for a in op.args if isinstance(a, Ref) and self.kind(a.name) == FULL]
+        if not self.final and (tiles or self.pl.kinds[op.name] == FULL):
+            fused.charge(self, "vector", min(max(len(tiles), 1), 2))  # a plain nl op: Vector
         return var
+
+    def row_ops(self, name: str) -> int:
+        """Per-row (ROW) ops still to emit in the computation of `name`."""
+        name = self.res.target(name)
+        op = None if name in self.done or name in self.seed else next(
+            (o for o in self.res.ops if o.name == name), None)
+        if op is None:
+            return 0
+        own = 1 if self.pl.kinds.get(name) == ROW else 0
+        return own + sum(self.row_ops(a.name) for a in op.args if isinstance(a, Ref))
 
     def expression(self, op: Op) -> str:
         kind = self.pl.kinds[op.name]

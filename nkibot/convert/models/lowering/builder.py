@@ -113,8 +113,13 @@ def emit_grid(block: Block, axes: list[Axis], call: str, loop: str,
                   {**bound, axis.var: (str(axis.full * axis.tile), axis.rem)})
 
 
-def transposed_load(block: Block, var: str, hbm: str, o: str, c0: str) -> None:
-    """[p, q] tile `var` from a natural [q, p] HBM window: 128-column blocks via the PE."""
+def transposed_load(block: Block, var: str, hbm: str, o: str, c0: str,
+                    scalar: bool = False) -> None:
+    """[p, q] tile `var` from a natural [q, p] HBM window: 128-column blocks via the PE.
+
+    `scalar`: the PSUM -> SBUF copies run on the Scalar Engine (an activation copy), when
+    the Vector Engine has more to do.
+    """
     block.comment("stored with the reduced dim outermost: load [cols, rows] blocks, "
                   "transpose each on the Tensor Engine")
     block.line(f"{var} = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.sbuf)")
@@ -124,7 +129,11 @@ def transposed_load(block: Block, var: str, hbm: str, o: str, c0: str) -> None:
                "dtype=nl.float32)")
     block.line("    flip = nl.ndarray((p, w), dtype=nl.float32, buffer=nl.psum)")
     block.line("    nisa.nc_transpose(flip, nat)")
-    block.line(f"    nisa.tensor_copy(dst={var}[0:p, nl.ds(cb * {PMAX}, w)], src=flip)")
+    if scalar:
+        block.line(f"    nisa.activation(dst={var}[0:p, nl.ds(cb * {PMAX}, w)], op=nl.copy, "
+                   "data=flip)")
+    else:
+        block.line(f"    nisa.tensor_copy(dst={var}[0:p, nl.ds(cb * {PMAX}, w)], src=flip)")
 
 
 def transposed_store(block: Block, value: str, hbm: str, o: str, dtype: str) -> None:

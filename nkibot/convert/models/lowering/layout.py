@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from nkibot.convert.models.lowering.ir import REDUCE, Graph, Leaf, Op, Ref
 
 FULL, ROW, COL, ONE, TOTAL = "full", "row", "col", "one", "total"
+MIN_COLS = 512  # preferred shortest row of a tile: 2 KiB of fp32 per partition per DMA
 
 
 class LayoutError(Exception):
@@ -281,7 +282,12 @@ def candidate_frames(res: Resolved) -> list[Frame]:
         totals = [op for op in res.ops if op.op in REDUCE]
         pool = [res.shape(res.target(t.args[0].name)) for t in totals] or shapes  # type: ignore[union-attr]
         main = max(pool, key=math.prod, default=())
-        b_values = list(range(max(len(main) - 1, 0), 0, -1)) or [0]
+        # innermost split first, but columns of >= 512 elements (2 KiB DMA runs) before
+        # shorter ones: a whole-tensor reduction of [.., 64, 32] reads 8 KiB rows, not 128 B
+        # (a column window of an input needs its own last dim as the columns)
+        windowed = any(v.sliced or v.transposed for v in res.views.values())
+        b_values = sorted(range(max(len(main) - 1, 0), 0, -1),
+                          key=lambda b: not windowed and math.prod(main[b:]) < MIN_COLS) or [0]
     frames: list[Frame] = []
     for b in b_values:
         frames.extend(Frame(tuple(main), a, b) for a in range(b + 1) if a < b or b == 0)

@@ -86,24 +86,40 @@ def _emit_block(kernel: Kernel, op: Op, a: int, b: int, group: bool, affine: int
     blk = Block(depth=1)
     eps, inv = float(str(op.attr("eps"))), 1.0 / (a * b)
     blk.line("xt = nl.load(x_v[o], dtype=nl.float32)")
+    blk.comment("row sums and centred squares ride on Scalar Engine passes (reduce_res); "
+                "the [A, A] ones matmul totals them across partitions")
+    blk.line(f"work = nl.ndarray(({a}, {b}), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"part = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line("nisa.activation(dst=work, op=nl.copy, data=xt, reduce_op=nl.add, reduce_res=part)")
     blk.line(f"tot = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.psum)")
-    blk.line("nisa.nc_matmul(tot, ones, nl.sum(xt, axis=1, keepdims=True))")
-    blk.line(f"mean = nl.multiply(tot, {inv!r})")
-    blk.line(f"xc = nl.subtract(xt, nl.broadcast_to(mean, ({a}, {b})))")
+    blk.line("nisa.nc_matmul(tot, ones, part)")
+    blk.line(f"neg_mean = nl.multiply(tot, {-inv!r})")
+    blk.line(f"sq_part = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line("nisa.activation(dst=work, op=nl.square, data=xt, bias=neg_mean, reduce_op=nl.add, "
+             "reduce_res=sq_part)")
     blk.line(f"sq = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.psum)")
-    blk.line("nisa.nc_matmul(sq, ones, nl.sum(nl.square(xc), axis=1, keepdims=True))")
+    blk.line("nisa.nc_matmul(sq, ones, sq_part)")
     blk.line(f"rstd = nl.rsqrt(nl.add(nl.multiply(sq, {inv!r}), {eps!r}))")
-    blk.line(f"y = nl.multiply(xc, nl.broadcast_to(rstd, ({a}, {b})))")
+    blk.line(f"y = nl.ndarray(({a}, {b}), dtype=nl.float32, buffer=nl.sbuf)")
     names = ("w_t", "b_t")[:affine]
-    if group:
-        for name, fold in zip(names, ("nl.multiply", "nl.add"), strict=False):
-            blk.comment("one affine value per channel (partition) of group o % groups")
-            blk.line(f"{name} = nl.load({name}_v[o % {int(str(op.attr('groups')))}], "
-                     "dtype=nl.float32)")
-            blk.line(f"y = {fold}(y, nl.broadcast_to({name}, ({a}, {b})))")
-    else:
-        for name, fold in zip(names, ("nl.multiply", "nl.add"), strict=False):
-            blk.line(f"y = {fold}(y, {name})")
+    if group or not names:
+        blk.comment("y = (x - mean) * rstd = x * rstd + (-mean * rstd): one Scalar Engine pass")
+        blk.line("nisa.activation(dst=y, op=nl.copy, data=xt, bias=nl.multiply(neg_mean, rstd), "
+                 "scale=rstd)")
+    for name, fold in zip(names if group else (), ("nl.multiply", "nl.add"), strict=False):
+        blk.comment("one affine value per channel (partition) of group o % groups")
+        blk.line(f"{name} = nl.load({name}_v[o % {int(str(op.attr('groups')))}], "
+                 "dtype=nl.float32)")
+        blk.line(f"nisa.tensor_scalar(dst=y, data=y, op0={fold}, operand0={name})")
+    if names and not group:
+        blk.comment("((x - mean) * w) * rstd + b: two Vector Engine passes")
+        blk.line("nisa.scalar_tensor_tensor(dst=work, data=xt, op0=nl.add, operand0=neg_mean, "
+                 "op1=nl.multiply, operand1=w_t)")
+        if affine == 2:
+            blk.line("nisa.scalar_tensor_tensor(dst=y, data=work, op0=nl.multiply, "
+                     "operand0=rstd, op1=nl.add, operand1=b_t)")
+        else:
+            blk.line("nisa.tensor_scalar(dst=y, data=work, op0=nl.multiply, operand0=rstd)")
     if out_dtype != "float32":
         blk.line(f"y = nl.copy(y, dtype={nl_dtype(out_dtype)})")
     blk.line("nl.store(out_v[o], y)")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from nkibot.convert.models.lowering.attention import emit_attention
 from nkibot.convert.models.lowering.builder import nl_dtype
+from nkibot.convert.models.lowering.channelnorm import emit_channelnorm
 from nkibot.convert.models.lowering.conv import emit_conv
 from nkibot.convert.models.lowering.ir import Graph, Ref
 from nkibot.convert.models.lowering.layout import (
@@ -20,6 +21,7 @@ from nkibot.convert.models.lowering.layout import (
     resolve,
 )
 from nkibot.convert.models.lowering.matmul import emit_matmul
+from nkibot.convert.models.lowering.middle import emit_middle
 from nkibot.convert.models.lowering.norm import emit_blocknorm
 from nkibot.convert.models.lowering.pool import emit_pool
 from nkibot.convert.models.lowering.rowwise import Kernel, Output, emit_rowwise
@@ -157,7 +159,8 @@ def _lower(graph: Graph, entry: str, choices: dict[str, str]
             emit_conv(res, outputs, kernel)
         elif any(op.op == "matmul" for op in res.ops):
             emit_matmul(res, outputs, kernel)
-        else:
+        elif not emit_middle(res, outputs, kernel) and not emit_channelnorm(res, outputs,
+                                                                            kernel):
             pl = _place_any(res, [o.name for o in outputs])
             if any(pl.kinds[res.target(o.name)] not in ("full", "row", TOTAL) for o in outputs):
                 raise LayoutError("an output that is a broadcast parameter")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nkibot.convert.models.lowering import fused
 from nkibot.convert.models.lowering.body import REDUCE_NL, TileEmitter
 from nkibot.convert.models.lowering.builder import (
     PMAX,
@@ -134,7 +135,7 @@ def _emit_stage(res: Resolved, pl: Placement, outputs: list[Output], kernel: Ker
     block = Block(depth=1)
     names = Names(set(kernel.names.taken) | {"o", "r0", "p", "c0", "q"})
     tile = TileEmitter(res, pl, block, names, views=kernel.leaf_views,
-                       totals=dict(final.totals), need_total=final.value)
+                       totals=dict(final.totals), need_total=final.value, hoist=kernel.body)
     params: list[str] = []
     mine = [op for op in res.ops if op.name in accs and pl.stage[_src(res, op)] == stage]
     for op in mine:
@@ -159,7 +160,7 @@ def _emit_stage(res: Resolved, pl: Placement, outputs: list[Output], kernel: Ker
     kernel.helpers.append(head + block.lines)
     whole_rows = pl.col_reduce or any(pl.kinds[_src(res, op)] == ROW for op in mine)
     # every FULL value and every [p, q] broadcast is one live [p, q] fp32 tile
-    tiles = sum(1 for n in tile.done if pl.kinds.get(n) == FULL) + sum(
+    tiles = sum(1 for n in tile.done if pl.kinds.get(n) == FULL) + tile.scratch + sum(
         line.count("(p, q))") for line in block.lines)
     _emit_loops(kernel, pl, fn, params, sequential=bool(mine), whole_rows=whole_rows,
                 tiles=max(tiles, 1))
@@ -167,11 +168,13 @@ def _emit_stage(res: Resolved, pl: Placement, outputs: list[Output], kernel: Ker
 
 def _accumulate(tile: TileEmitter, res: Resolved, pl: Placement, op: Op, acc: str) -> None:
     src = _src(res, op)
-    value = tile.value(src)
-    part = value
-    if pl.kinds[src] == FULL:
+    if pl.kinds[src] == FULL and op.op == "rsum":
+        part = fused.row_sum(tile, op, src)
+    elif pl.kinds[src] == FULL:
         part = tile.names.fresh(f"{op.name}_part")
-        tile.block.line(f"{part} = {REDUCE_NL[op.op]}({value}, axis=1, keepdims=True)")
+        tile.block.line(f"{part} = {REDUCE_NL[op.op]}({tile.value(src)}, axis=1, keepdims=True)")
+    else:
+        part = tile.value(src)
     tile.block.line(f"nisa.tensor_tensor(dst={acc}[0:p, 0:1], data1={acc}[0:p, 0:1], "
                     f"data2={part}, op={ACC_OP[op.op]})")
 
@@ -188,7 +191,7 @@ def _store_tile(tile: TileEmitter, kernel: Kernel, res: Resolved, pl: Placement,
     if frame.perm and kind == FULL and frame.rows > 1 and frame.cols > 1:
         transposed_store(tile.block, value, view, "o", nl_dtype(out.dtype))
         return view
-    if out.dtype != "float32":
+    if out.dtype != "float32" and tile.native.get(value) != nl_dtype(out.dtype):
         cast = tile.names.fresh(f"{out.var}_cast")
         tile.block.line(f"{cast} = nl.copy({value}, dtype={nl_dtype(out.dtype)})")
         value = cast

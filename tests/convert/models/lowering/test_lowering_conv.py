@@ -234,10 +234,18 @@ class TestArgReductionOnSim:
         ("torch.argmax(x, dim=1)", (6, 70, 33)),
         ("torch.argmin(x, dim=-1)", (130, 90)),
         ("torch.argmax(x, dim=2, keepdim=True)", (3, 5, 40)),
+        # clamped: many ties at the extreme, the first index wins (max8 + nc_find_index8)
+        ("torch.argmin(torch.clamp(x, -0.5, 0.5), dim=-1)", (130, 90)),
+        ("torch.argmax(torch.clamp(x, -0.5, 0.5), dim=1)", (4, 60, 20)),
     ])
     def test_indices_match_torch(self, expr: str, shape: tuple[int, ...]) -> None:
         """The first index of the extreme value, returned by the int32 convention."""
         check_on_sim(make_task(module_source(expr), [shape]), tol=0.0)
+
+    def test_bf16_ties(self) -> None:
+        """bf16 inputs (ties are common) give PyTorch's first index."""
+        check_on_sim(make_task(module_source("torch.argmax(x, dim=-1)"), [(200, 300)],
+                               "bfloat16"), tol=0.0)
 
 
 class TestBigOutputs:
@@ -315,6 +323,16 @@ class TestBlockNormOnSim:
             init += ("\n        nn.init.normal_(self.norm.weight)\n"
                      "        nn.init.normal_(self.norm.bias)")
         check_on_sim(make_task(module_source("self.norm(x)", init=init), [shape]))
+
+    @pytest.mark.parametrize(("ctor", "shape", "dtype"), [
+        ("nn.LayerNorm((8, 30, 20))", (2, 8, 30, 20), "bfloat16"),
+        ("nn.LayerNorm((16, 24, 20), bias=False)", (3, 16, 24, 20), "float32"),
+        ("nn.LayerNorm((16, 24, 20), bias=False)", (2, 16, 24, 20), "bfloat16"),
+    ])
+    def test_layernorm_fused_passes(self, ctor: str, shape: tuple[int, ...], dtype: str) -> None:
+        """Sums on Scalar Engine passes, the affine in scalar_tensor_tensor: bf16, weight only."""
+        init = f"        self.norm = {ctor}\n        nn.init.normal_(self.norm.weight)"
+        check_on_sim(make_task(module_source("self.norm(x)", init=init), [shape], dtype))
 
     def test_groupnorm_packs_batch_and_channels_on_partitions(self) -> None:
         """KernelBench 35's 4-channel groups fill 128 partitions (not 4), weights loaded once."""

@@ -109,8 +109,8 @@ class TestGeneratedSource:
         """nn.Linear's [N, K] weight is transposed on the PE; bias and relu run before store."""
         text = lower_ok(make_task(*SOURCES["linear"])).source
         assert "B is stored transposed" in text
-        assert "nl.relu(" in text and "fc_bias" in text
-        assert text.index("nl.relu(") < text.index("nl.store(")
+        assert "op=nl.relu" in text and "fc_bias" in text
+        assert text.index("op=nl.relu") < text.index("nl.store(")
 
 
 class TestSbufBudget:

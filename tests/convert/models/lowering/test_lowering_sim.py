@@ -55,6 +55,13 @@ ROWWISE = {
     "huber": ("F.smooth_l1_loss(x, y) + F.huber_loss(x, y, delta=0.5)", "x, y", "normal", ""),
     "hinge": ("torch.mean(torch.clamp(1 - x * y, min=0))", "x, y", "normal", ""),
     "kl_div": ("F.kl_div(torch.log(x), y, reduction='batchmean')", "x, y", "probability", ""),
+    # fused forms: affine chains under activations, row sums riding on them (fused.py)
+    "fused_affine_activation": ("torch.exp(2 - x * 0.5).sum(-1, keepdim=True) + torch.tanh("
+                                "(x - x.mean(-1, keepdim=True)) * 0.3 + 1)", "x", "normal", ""),
+    "fused_row_scale_bias": ("torch.sigmoid(x * x.amax(-1, keepdim=True) - 0.5) + (1 - x) / "
+                             "x.abs().sum(-1, keepdim=True)", "x", "normal", ""),
+    "fused_scalar_tensor_tensor": ("torch.clamp(x * 0.5 - 1, min=-0.7) * y + (2 - y) - "
+                                   "torch.maximum(x, y * 3)", "x, y", "normal", ""),
 }
 MATMUL = {
     "mm": ("torch.matmul(x, y)", [(200, 300), (300, 600)], ""),
@@ -158,6 +165,20 @@ MIDDLE_AND_NCHW = {
                        "        self.bn = nn.BatchNorm1d(20)\n"
                        "        self.bn.running_mean.normal_()\n"
                        "        nn.init.normal_(self.bn.bias)"),
+    # a whole-tensor total over short innermost rows: the frame takes >= 512-column rows
+    "frobenius_short_rows": ("x / torch.norm(x, p='fro')", (3, 4, 20, 8), ""),
+    # one middle dim reduced, kept rows on the partitions (middle.py): ragged rows,
+    # several k chunks, columns split in two
+    "sum_dim1_rows": ("torch.sum(x, dim=1, keepdim=True)", (130, 12, 160), ""),
+    "mean_dim1_chunks": ("torch.mean(x, dim=1) * 2 + 1", (70, 64, 200), ""),
+    "max_dim1_split_cols": ("torch.max(x, dim=1)[0]", (64, 2, 4100), ""),
+    "min_dim2_4d": ("torch.amin(x, dim=2)", (8, 9, 20, 256), ""),
+    # x * f(sum over channels of g(x)), channels <= 128 (channelnorm.py): ragged groups,
+    # ragged 512-column slices
+    "rmsnorm_channel_groups": ("x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)",
+                               (3, 32, 8, 64), ""),
+    "rsqrt_channel_sums": ("x * torch.rsqrt(x.pow(2).sum(1, keepdim=True) * 0.5 + 1)",
+                           (5, 16, 600), ""),
     "instancenorm": ("self.norm(x)", (2, 16, 10, 10), "        self.norm = nn.InstanceNorm2d(16)"),
     "groupnorm_plain": ("self.norm(x)", (2, 16, 10, 10),
                         "        self.norm = nn.GroupNorm(4, 16, affine=False)"),
