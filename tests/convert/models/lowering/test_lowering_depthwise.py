@@ -37,5 +37,5 @@ class TestDepthwiseSplitOnSim:
         check_on_sim(_task(name, "bfloat16"))
 
     def test_tap_shares(self) -> None:
-        """About 55 % of the taps on the PE, at least one left to the Vector Engine."""
-        assert [_pe_taps(t) for t in (1, 2, 3, 9, 21)] == [0, 1, 2, 5, 12]
+        """About 55 % of the taps on the PE from 4 taps up, one at least left to the Vector."""
+        assert [_pe_taps(t) for t in (1, 3, 4, 9, 21)] == [0, 0, 2, 5, 12]
