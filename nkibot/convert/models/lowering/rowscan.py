@@ -158,11 +158,17 @@ def _emit_chunk(kernel: Kernel, op: Op, masked: bool, out_dtype: str) -> str:
     else:
         blk.line("nisa.tensor_copy(dst=res, src=inc)")
         blk.line("nisa.tensor_copy(dst=carry, src=inc[0:rsz, lsz - 1:lsz])")
+    return _finish_chunk(kernel, op, blk, masked, fn, "const_t", "")
+
+
+def _finish_chunk(kernel: Kernel, op: Op, blk: Block, masked: bool, fn: str, consts: str,
+                  note: str) -> str:
+    """Store the chunk's result and register the helper `fn`."""
     blk.line("nl.store(out_v[nl.ds(r0, rsz), nl.ds(l0, lsz)], res)")
     m = "m_v, " if masked else ""
-    kernel.helpers.append([f"def {fn}(x_v, {m}out_v, const_t, carry, r0, rsz, l0, lsz):",
+    kernel.helpers.append([f"def {fn}(x_v, {m}out_v, {consts}, carry, r0, rsz, l0, lsz):",
                            f'    """{op.origin}: scanned positions l0..l0+lsz of rows '
-                           'r0..r0+rsz."""', *blk.lines])
+                           f'r0..r0+rsz{note}."""', *blk.lines])
     return fn
 
 
@@ -209,9 +215,4 @@ def _emit_reverse_chunk(kernel: Kernel, op: Op, blk: Block, masked: bool, exclus
         blk.line(f"    nisa.scalar_tensor_tensor(dst=res[0:rsz, {cols}], data=inc[0:rsz, {cols}], "
                  "op0=nl.subtract, operand0=d_b[0:rsz, nl.ds(b, 1)], reverse0=True, "
                  f"op1=nl.add, operand1=x_t[0:rsz, {cols}])")
-    blk.line("nl.store(out_v[nl.ds(r0, rsz), nl.ds(l0, lsz)], res)")
-    m = "m_v, " if masked else ""
-    kernel.helpers.append([f"def {fn}(x_v, {m}out_v, const_t, seg_t, carry, r0, rsz, l0, lsz):",
-                           f'    """{op.origin}: scanned positions l0..l0+lsz of rows '
-                           'r0..r0+rsz (suffix sums)."""', *blk.lines])
-    return fn
+    return _finish_chunk(kernel, op, blk, masked, fn, "const_t, seg_t", " (suffix sums)")
