@@ -29,7 +29,8 @@ from nkibot.convert.models.lowering.rowwise import Kernel, Output, view_definiti
 from nkibot.convert.models.lowering.tiling import SCORER_NAME, Candidate, choose, others
 
 NMAX = 512  # gemm_moving_fmax: one PSUM bank of fp32
-PANEL_BUDGET = 96 * 1024  # bytes per partition a resident B panel may take
+K_OUTER_TILES = 4  # up to this many M tiles accumulate side by side (one PSUM bank each)
+PANEL_BUDGET = 136 * 1024  # bytes per partition a resident B panel may take (of 192 KiB)
 
 
 def _operand(res: Resolved, arg: object, what: str) -> LeafView:
@@ -92,22 +93,30 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     a_v, b_v = kernel.names.fresh(f"{a.leaf.name}_mm"), kernel.names.fresh(f"{b.leaf.name}_mm")
     kernel.body.line(f"{a_v} = {_hbm_view(a, ga, rows, k)}")
     kernel.body.line(f"{b_v} = {_hbm_view(b, gb, k, n)}")
-    n_tile = PMAX if b.transposed else NMAX
     itemsize = 2 if compute != "nl.float32" else 4
-    candidates = _tiling(a, b, groups * rows, k, n, n_tile, itemsize)
+    candidates = _tiling(a, b, groups * rows, k, n, itemsize)
     forced = kernel.choices.get("matmul")
     plan = choose(candidates, PANEL_BUDGET, forced=forced)
+    # a streamed transposed B is transposed 128 columns at a time; the panel takes 512
+    n_tile = PMAX if b.transposed and plan.name == "stream" else NMAX
     kernel.alternatives += [("matmul", name) for name in others(candidates, PANEL_BUDGET, plan)]
     why = ("a variant, kept only if it verifies and is faster by the cost model"
            if forced == plan.name else f"chosen by {SCORER_NAME}")
     kernel.body.comment(f"tiling: {plan.name} ({why})")
     panel = plan.name == "b-panel"
+    k_outer = panel and -(-rows // PMAX) <= K_OUTER_TILES
     block_fn = _emit_block_helper(kernel, a, b, compute, panel)
-    tile_fn, params = _emit_tile_helper(kernel, res, pl, mm.name, outputs[0], block_fn,
-                                        k, rows, (ga > 1, gb > 1))
+    tile_fn, store_fn, params = _emit_tile_helper(kernel, res, pl, mm.name, outputs[0], block_fn,
+                                                  k, rows, (ga > 1, gb > 1), k_outer)
     body = kernel.body
     if panel:
-        panel_fn = _emit_panel_helper(kernel, b, compute, k, rows, tile_fn, params, gb > 1)
+        load_fn = _emit_panel_loader(kernel, b, compute)
+        if k_outer:
+            panel_fn = _emit_k_outer(kernel, (k, rows, compute), (block_fn, load_fn, store_fn),
+                                     params, (ga > 1, gb > 1))
+        else:
+            panel_fn = _emit_panel_helper(kernel, load_fn, k, rows, compute, tile_fn, params,
+                                          gb > 1)
         call = f"{panel_fn}({', '.join([a_v, b_v, *params])}, {{g0}}, {{n0}}, {{nsz}})"
         emit_grid(body, [Axis("g", groups, 1), Axis("n", n, n_tile)], call, "affine_range")
         return
@@ -116,25 +125,31 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
               "affine_range")
 
 
-def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int, n_tile: int,
+def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int,
             itemsize: int) -> list[Candidate]:
-    """Stream both operands per output tile, or keep B's [K, n_tile] panel resident."""
+    """Stream both operands per output tile, or keep B's [K, 512] panel resident (a
+    transposed B is transposed once into it, 128 columns at a time, so A's blocks are
+    transposed once per 512 output columns, not once per 128)."""
     a_bytes, b_bytes = m * k * itemsize, k * n * itemsize
-    m_tiles, n_tiles, k_tiles = -(-m // PMAX), -(-n // n_tile), -(-k // PMAX)
-    a_transposes = 0 if a.transposed else m_tiles * k_tiles * n_tiles
-    b_blocks = k_tiles * n_tiles if b.transposed else 0
-    stream = Candidate("stream", a_bytes * n_tiles + b_bytes * m_tiles,
-                       a_transposes + b_blocks * m_tiles, 3 * NMAX * 4)
-    panel = Candidate("b-panel", a_bytes * n_tiles + b_bytes, a_transposes + b_blocks,
-                      k_tiles * n_tile * itemsize + 2 * NMAX * 4)
-    return [stream, panel]
+    m_tiles, k_tiles = -(-m // PMAX), -(-k // PMAX)
+    b_blocks = k_tiles * -(-n // PMAX) if b.transposed else 0
+    out: list[Candidate] = []
+    for name, n_tile in (("stream", PMAX if b.transposed else NMAX), ("b-panel", NMAX)):
+        n_tiles = -(-n // n_tile)
+        a_transposes = 0 if a.transposed else m_tiles * k_tiles * n_tiles
+        if name == "stream":
+            out.append(Candidate(name, a_bytes * n_tiles + b_bytes * m_tiles,
+                                 a_transposes + b_blocks * m_tiles, 3 * NMAX * 4))
+        else:
+            out.append(Candidate(name, a_bytes * n_tiles + b_bytes, a_transposes + b_blocks,
+                                 k_tiles * min(n, n_tile) * itemsize + 2 * NMAX * 4))
+    return out
 
 
-def _emit_panel_helper(kernel: Kernel, b: LeafView, compute: str, k: int, rows: int,
+def _emit_panel_helper(kernel: Kernel, load_fn: str, k: int, rows: int, compute: str,
                        tile_fn: str, params: list[str], batched_b: bool) -> str:
     """Columns c0..c0+q: B's [K, q] panel loaded (and transposed) once for every M tile."""
     fn = kernel.names.fresh("matmul_panel")
-    load_fn = kernel.names.fresh("panel_block")
     blk = Block(depth=1)
     gb = "g" if batched_b else "0"
     k_tiles = -(-k // PMAX)
@@ -148,19 +163,60 @@ def _emit_panel_helper(kernel: Kernel, b: LeafView, compute: str, k: int, rows: 
     kernel.helpers.append([f"def {fn}(a_v, b_v, {', '.join(params)}, g, c0, q):",
                            '    """Output columns c0..c0+q: load B\'s panel once, then every '
                            'row tile."""', *blk.lines])
+    return fn
+
+
+def _emit_panel_loader(kernel: Kernel, b: LeafView, compute: str) -> str:
+    """The helper that loads (and transposes) one K block of B's panel."""
+    load_fn = kernel.names.fresh("panel_block")
     lb = Block(depth=1)
     if b.transposed:
-        lb.comment("B is stored transposed ([N, K]): transpose its block once, into the panel")
-        lb.line(f"b_blk = nl.load(b_v[gb, nl.ds(c0, q), nl.ds(k0, ksz)], dtype={compute})")
-        lb.line(f"b_ps = nl.ndarray((ksz, q), dtype={compute}, buffer=nl.psum)")
-        lb.line("nisa.nc_transpose(b_ps, b_blk)")
-        lb.line(f"nisa.tensor_copy(b_sb[0:ksz, k0 // {PMAX}, 0:q], b_ps)")
+        lb.comment("B is stored transposed ([N, K]): transpose its blocks once, into the panel, "
+                   f"{PMAX} columns at a time")
+        lb.line(f"for j0 in range(0, q, {PMAX}):")
+        lb.line(f"    w = min({PMAX}, q - j0)")
+        lb.line(f"    b_blk = nl.load(b_v[gb, nl.ds(c0 + j0, w), nl.ds(k0, ksz)], dtype={compute})")
+        lb.line(f"    b_ps = nl.ndarray((ksz, w), dtype={compute}, buffer=nl.psum)")
+        lb.line("    nisa.nc_transpose(b_ps, b_blk)")
+        lb.line(f"    nisa.tensor_copy(b_sb[0:ksz, k0 // {PMAX}, nl.ds(j0, w)], b_ps)")
     else:
         lb.line(f"nisa.dma_copy(dst=b_sb[0:ksz, k0 // {PMAX}, 0:q], "
                 "src=b_v[gb, nl.ds(k0, ksz), nl.ds(c0, q)])")
     kernel.helpers.append(["def " + load_fn + "(b_sb, b_v, gb, c0, q, k0, ksz):",
                            '    """K block k0..k0+ksz of B\'s panel at columns c0..c0+q."""',
                            *lb.lines])
+    return load_fn
+
+
+def _emit_k_outer(kernel: Kernel, sizes: tuple[int, int, str], fns: tuple[str, str, str],
+                  params: list[str], batched: tuple[bool, bool]) -> str:
+    """Few M tiles: the K loop outside, every M tile's PSUM accumulator live, so each
+    panel block feeds the PE as soon as it lands (loads overlap the matmuls)."""
+    k, rows, compute = sizes
+    block_fn, load_fn, store = fns
+    fn, step_fn = kernel.names.fresh("matmul_kouter"), kernel.names.fresh("matmul_kstep")
+    ga, gb = ("g" if batched[0] else "0"), ("g" if batched[1] else "0")
+    tiles = [(m0, min(PMAX, rows - m0)) for m0 in range(0, rows, PMAX)]
+    accs = ", ".join(f"acc{j}" for j in range(len(tiles)))
+    blk = Block(depth=1)
+    blk.line(f"b_sb = nl.ndarray(({PMAX}, {-(-k // PMAX)}, q), dtype={compute}, "
+              "buffer=nl.sbuf)")
+    for j, (_m0, p) in enumerate(tiles):
+        blk.line(f"acc{j} = nl.ndarray(({p}, q), dtype=nl.float32, buffer=nl.psum)")
+    emit_grid(blk, [Axis("k", k, PMAX)],
+              f"{step_fn}(a_v, b_v, b_sb, {accs}, g, c0, q, {{k0}}, {{ksz}})", "affine_range")
+    for j, (m0, p) in enumerate(tiles):
+        blk.line(f"{store}(acc{j}, {', '.join(params)}, g, {m0}, {p}, c0, q)")
+    kernel.helpers.append([f"def {fn}(a_v, b_v, {', '.join(params)}, g, c0, q):",
+                           f'    """Output columns c0..c0+q, all {len(tiles)} row tiles at once: '
+                           'K blocks outside."""', *blk.lines])
+    sb = Block(depth=1)
+    sb.line(f"{load_fn}(b_sb, b_v, {gb}, c0, q, k0, ksz)")
+    for j, (m0, p) in enumerate(tiles):
+        sb.line(f"{block_fn}(acc{j}, a_v, b_sb, {ga}, {gb}, {m0}, {p}, c0, q, k0, ksz)")
+    kernel.helpers.append([f"def {step_fn}(a_v, b_v, b_sb, {accs}, g, c0, q, k0, ksz):",
+                           '    """K block k0..k0+ksz: its panel block, then every row tile\'s '
+                           'matmul."""', *sb.lines])
     return fn
 
 
@@ -204,14 +260,16 @@ def _transpose(blk: Block, src: str, dst: str, rows: str, cols: str, dtype: str)
 
 def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: Output,
                       block_fn: str, k: int, rows: int,
-                      batched: tuple[bool, bool]) -> tuple[str, list[str]]:
+                      batched: tuple[bool, bool], k_outer: bool) -> tuple[str, str, list[str]]:
     fn = kernel.names.fresh("matmul_tile")
-    blk = Block(depth=1)
+    store_fn = kernel.names.fresh("matmul_store")
     ga, gb = ("g" if batched[0] else "0"), ("g" if batched[1] else "0")
-    blk.line(f"r0 = g * {rows} + m0")
-    blk.line("acc = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.psum)")
+    tb = Block(depth=1)
+    tb.line("acc = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.psum)")
     call = f"{block_fn}(acc, a_v, b_v, {ga}, {gb}, m0, p, c0, q, {{k0}}, {{ksz}})"
-    emit_grid(blk, [Axis("k", k, PMAX)], call, "affine_range")
+    emit_grid(tb, [Axis("k", k, PMAX)], call, "affine_range")
+    blk = Block(depth=1)
+    blk.line(f"r0 = g * {rows} + m0")
     blk.line("res = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.sbuf)")
     blk.line("nisa.tensor_copy(res, acc)")
     names = Names(set(kernel.names.taken) | {"acc", "res", "r0", "p", "q", "c0", "o", "g"})
@@ -231,8 +289,15 @@ def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: O
     kernel.body.line(f"out_v = {out.var}.reshape((1, {frame.rows}, {frame.cols}))")
     params = [*tile.used_views, "out_v"]
     kernel.helpers.append([
+        f"def {store_fn}(acc, {', '.join(params)}, g, m0, p, c0, q):",
+        '    """Output tile [p, q] at rows m0, columns c0 of batch g: PSUM out, epilogue, '
+        'store."""', *blk.lines])
+    tb.line(f"{store_fn}(acc, {', '.join(params)}, g, m0, p, c0, q)")
+    if k_outer:  # the K-outer form calls the store helper itself; no per-tile K loop
+        return fn, store_fn, params
+    kernel.helpers.append([
         f"def {fn}(a_v, b_v, {', '.join(params)}, g, m0, p, c0, q):",
         '    """Output tile [p, q] at rows m0, columns c0 of batch g: K loop, then epilogue."""',
-        *blk.lines,
+        *tb.lines,
     ])
-    return fn, params
+    return fn, store_fn, params

@@ -1,10 +1,17 @@
-"""Max and average pooling (1-D, 2-D, 3-D) on the Vector Engine over strided SBUF windows.
+"""Max and average pooling (1-D, 2-D, 3-D) on the Vector Engine, one spatial dim at a time.
 
-Rows (batch x channels) sit on the partitions, each row's padded plane in the free
-dims: padding is the pool's identity (-3e38 for max, 0 for average, as PyTorch pads),
-and every kernel tap is one strided view of the plane (start `o * stride + k *
-dilation`) folded into the accumulator with `nisa.tensor_tensor`. `ceil_mode` only
-changes the output extent, which the plane covers with more padding.
+Rows (batch x channels) sit on the partitions, G whole rows per partition per tile (one
+contiguous DMA of G planes each way, and every instruction covers G rows: the ~64-cycle
+instruction cost and the ~2 us DMA cost are paid once per G rows). Each row's plane is
+padded with the pool's identity (-3e38 for max, 0 for average, as PyTorch pads; only the
+border is set). A window over several dims is separable: the pool folds the innermost dim
+first, then the next (K*K taps become 2K, K^3 become 3K). Along one dim with stride 1 the
+window doubles (`w2[i] = op(x[i], x[i + d])`, `w4[i] = op(w2[i], w2[i + 2d])`, ...): log2(K)
+passes for a max (two overlapping halves), log2(K) + popcount(K) - 1 for a sum; other
+strides fold the K taps' strided windows one per pass, the first two in one instruction.
+Average pooling scales by 1 / divisor on the Scalar Engine while converting to the
+output dtype. `ceil_mode` only changes the output extent, which the plane covers with more
+padding.
 """
 
 from __future__ import annotations
@@ -17,10 +24,15 @@ from nkibot.convert.models.lowering.ir import Op, Ref
 from nkibot.convert.models.lowering.layout import LayoutError, Resolved
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
 
-PLANE_BUDGET = 96 * 1024  # bytes per partition for the input plane
-TILE_ELEMS = 4096  # output elements per partition per tile
+TILE_BUDGET = 48 * 1024  # bytes per partition for one row tile's planes and passes
+ROW_LIMIT = 160 * 1024  # one row's plane and passes beyond this: declined
+MIN_TILES = 4  # keep at least this many row tiles (when there are rows) for overlap
+SHORT_RUN = 512  # bytes: a padded load with shorter contiguous runs lands in a stage first
 FILL = {"max": "-3.0e38", "avg": "0.0"}
 FOLD = {"max": "nl.maximum", "avg": "nl.add"}
+
+#: One pass: dst = op(a[a_off::a_step], b[b_off::b_step]) over `count` positions of a dim.
+Pass = tuple[str, str, int, int, str, int, int, int]
 
 
 def _ints(value: object, n: int) -> tuple[int, ...]:
@@ -46,6 +58,39 @@ def _source(res: Resolved, arg: object) -> tuple[str, tuple[int, ...], str]:
     return view.leaf.name, view.leaf.shape, view.leaf.dtype
 
 
+def fold_passes(i: int, d: Dim, kind: str, src: str) -> tuple[list[Pass], dict[str, int]]:
+    """The passes that fold dim i of `src` to its output extent, and each new tile's extent
+    along it (the last pass writes `f{i}`)."""
+    k, dil, out = d.taps, d.dil, d.size_out
+    out_name = f"f{i}"
+    if k == 1:  # a strided copy
+        return [(out_name, src, 0, d.step, src, 0, d.step, out)], {out_name: out}
+    passes: list[Pass] = [(out_name, src, 0, d.step, src, dil, d.step, out)]
+    if d.step > 1 or k < 4:  # the taps one by one, the first two in one pass
+        passes += [(out_name, out_name, 0, 1, src, t * dil, d.step, out) for t in range(2, k)]
+        return passes, {out_name: out}
+    passes = []
+    ext: dict[str, int] = {}
+    width, name, powers = 1, src, {1: src}
+    while 2 * width <= k:
+        new = out_name if 2 * width == k else f"w{i}_{2 * width}"
+        size = out + (k - 2 * width) * dil
+        passes.append((new, name, 0, 1, name, width * dil, 1, size))
+        ext[new] = size
+        width, name = 2 * width, new
+        powers[width] = new
+    if width < k and kind == "max":  # two overlapping halves
+        passes.append((out_name, name, 0, 1, name, (k - width) * dil, 1, out))
+    elif width < k:  # a sum: the binary digits of k - width after the widest window
+        acc, off = name, width
+        for p in sorted(powers, reverse=True):
+            if off + p <= k:
+                passes.append((out_name, acc, 0, 1, powers[p], off * dil, 1, out))
+                acc, off = out_name, off + p
+    ext[out_name] = out
+    return passes, ext
+
+
 def emit_pool(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     if len(res.ops) != 1 or len(outputs) != 1:
         raise LayoutError("pooling with other ops in the graph (a lone pool is lowered)")
@@ -56,77 +101,145 @@ def emit_pool(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     if kind == "avg" and any(d.plane > d.size_in + 2 * d.lead for d in dims):
         raise LayoutError("average pooling whose ceil_mode windows overhang the padding "
                           "(their divisor shrinks)")
-    plane = math.prod(d.plane for d in dims)
-    if plane * 4 > PLANE_BUDGET:
-        raise LayoutError(f"pooling plane of {plane} elements per row exceeds the SBUF budget")
     rows = shape[0] * shape[1]
-    tile_fn = _emit_tile(kernel, dims, kind, op, outputs[0].dtype)
-    rows_fn = _emit_rows(kernel, dims, kind, tile_fn)
+    per_row = _row_bytes(dims, kind)
+    if per_row > ROW_LIMIT:
+        raise LayoutError(f"pooling needs {per_row} bytes per row in SBUF (over {ROW_LIMIT})")
+    g = _rows_per_partition(rows, per_row)
+    tile_fn = _emit_tile(kernel, dims, kind, op, outputs[0].dtype, g)
     body = kernel.body
-    body.comment(f"{op.origin}: batch x channels on partitions, each row's plane in the free dims")
-    body.line(f"x_v = {x}.reshape(({rows}, {', '.join(str(d.size_in) for d in dims)}))")
-    body.line(f"out_v = {outputs[0].var}.reshape(({rows}, "
+    body.comment(f"{op.origin}: batch x channels on partitions ({g} rows each), each row's "
+                 "plane in the free dims")
+    body.line(f"x_v = {x}.reshape(({rows // g}, {g}, "
+              f"{', '.join(str(d.size_in) for d in dims)}))")
+    body.line(f"out_v = {outputs[0].var}.reshape(({rows // g}, {g}, "
               f"{', '.join(str(d.size_out) for d in dims)}))")
-    emit_grid(body, [Axis("r", rows, PMAX)], f"{rows_fn}(x_v, out_v, {{r0}}, {{rsz}})",
+    emit_grid(body, [Axis("r", rows // g, PMAX)], f"{tile_fn}(x_v, out_v, {{r0}}, {{rsz}})",
               "affine_range")
 
 
-def _emit_rows(kernel: Kernel, dims: tuple[Dim, ...], kind: str, tile_fn: str) -> str:
+def _padded(dims: tuple[Dim, ...]) -> bool:
+    return any(d.lead or d.plane > d.size_in for d in dims)
+
+
+def _staged(dims: tuple[Dim, ...]) -> bool:
+    return _padded(dims) and dims[-1].size_in * 4 < SHORT_RUN
+
+
+def _plan(dims: tuple[Dim, ...], kind: str) -> list[tuple[int, list[Pass], dict[str, int]]]:
+    """Per dim, innermost first: its passes and the extents of the tiles they write."""
+    plan, src = [], "x_sb"
+    for i in reversed(range(len(dims))):
+        passes, ext = fold_passes(i, dims[i], kind, src)
+        plan.append((i, passes, ext))
+        src = f"f{i}"
+    return plan
+
+
+def _row_bytes(dims: tuple[Dim, ...], kind: str) -> int:
+    """SBUF bytes one row needs: its plane (and stage), every pass's tile, the result."""
+    extents = [d.plane for d in dims]
+    total = math.prod(extents) * (2 if _staged(dims) else 1)
+    for i, _passes, ext in _plan(dims, kind):
+        for size in ext.values():
+            extents[i] = size
+            total += math.prod(extents)
+    return 4 * (total + math.prod(d.size_out for d in dims))
+
+
+def _rows_per_partition(rows: int, per_row: int) -> int:
+    """The most rows per partition that divide the rows into whole tiles of 128 partitions,
+    fit TILE_BUDGET and leave MIN_TILES tiles to overlap loads, compute and stores."""
+    if rows % PMAX:
+        return 1
+    per_partition = rows // PMAX
+    best = 1
+    for g in range(1, per_partition + 1):
+        if (per_partition % g == 0 and g * per_row <= TILE_BUDGET
+                and per_partition // g >= min(MIN_TILES, per_partition)):
+            best = g
+    return best
+
+
+def _view(name: str, extents: list[int], g: int, i: int = -1, off: int = 0, step: int = 1,
+          count: int = 0) -> str:
+    """`name[0:p, 0:g, ...]`, dim i (if any) the window `off + step * j` for j < count."""
+    parts = []
+    for j, e in enumerate(extents):
+        if j == i:
+            parts.append(f"{off}:{off + (count - 1) * step + 1}" + (f":{step}" if step > 1 else ""))
+        else:
+            parts.append(f"0:{e}")
+    return f"{name}[0:p, 0:{g}, {', '.join(parts)}]"
+
+
+def _emit_load(blk: Block, dims: tuple[Dim, ...], kind: str, g: int) -> None:
+    """x_sb: the tile's planes, the input in the interior and the identity on the border."""
+    sizes = ", ".join(str(d.size_in) for d in dims)
+    whole = f"x_v[nl.ds(r0, p), 0:{g}, {', '.join(f'0:{d.size_in}' for d in dims)}]"
+    if not _padded(dims):
+        blk.line(f"x_sb = nl.ndarray((p, {g}, {sizes}), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line(f"nisa.dma_copy(dst=x_sb, src={whole})")
+        return
+    plane = [d.plane for d in dims]
+    blk.line(f"x_sb = nl.ndarray((p, {g}, {', '.join(map(str, plane))}), dtype=nl.float32, "
+             "buffer=nl.sbuf)")
+    placed = [d.placed() for d in dims]
+    blk.comment("the border holds the pool's identity")
+    for j, (_first, count, start) in enumerate(placed):
+        for lo, hi in ((0, start), (start + count, plane[j])):
+            if hi > lo:
+                blk.line(f"nisa.memset(dst={_view('x_sb', plane, g, j, lo, 1, hi - lo)}, "
+                         f"value={FILL[kind]})")
+    inner = f"x_sb[0:p, 0:{g}, {', '.join(f'{s}:{s + c}' for _, c, s in placed)}]"
+    src = ", ".join(f"{f}:{f + c}" for f, c, _ in placed)
+    if _staged(dims):
+        blk.comment("rows this short load contiguously, then land in the plane on the Scalar "
+                    "Engine")
+        blk.line(f"stage = nl.ndarray((p, {g}, {sizes}), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line(f"nisa.dma_copy(dst=stage, src={whole})")
+        blk.line(f"nisa.activation(dst={inner}, op=nl.copy, data=stage[0:p, 0:{g}, {src}])")
+    else:
+        blk.line(f"nisa.dma_copy(dst={inner}, src=x_v[nl.ds(r0, p), 0:{g}, {src}])")
+
+
+def _emit_tile(kernel: Kernel, dims: tuple[Dim, ...], kind: str, op: Op, out_dtype: str,
+               g: int) -> str:
     fn = kernel.names.fresh("pool_rows")
     blk = Block(depth=1)
-    plane = ", ".join(str(d.plane) for d in dims)
-    blk.line(f"x_sb = nl.ndarray((p, {plane}), dtype=nl.float32, buffer=nl.sbuf)")
-    if any(d.plane != d.size_in or d.lead for d in dims):
-        blk.comment("padding holds the pool's identity")
-        blk.line(f"nisa.memset(dst=x_sb, value={FILL[kind]})")
-    placed = [d.placed() for d in dims]
-    dst = ", ".join(f"{start}:{start + count}" for _, count, start in placed)
-    src = ", ".join(f"{first}:{first + count}" for first, count, _ in placed)
-    blk.line(f"nisa.dma_copy(dst=x_sb[0:p, {dst}], src=x_v[nl.ds(r0, p), {src}])")
-    rest = math.prod(d.size_out for d in dims[1:])
-    block = max(1, min(dims[0].size_out, TILE_ELEMS // max(rest, 1)))
-    emit_grid(blk, [Axis("a", dims[0].size_out, block)],
-              f"{tile_fn}(x_sb, out_v, r0, p, {{a0}}, {{asz}})", "affine_range")
-    kernel.helpers.append([f"def {fn}(x_v, out_v, r0, p):",
-                           '    """Rows r0..r0+p: load their padded planes once, pool every '
-                           'output tile."""', *blk.lines])
-    return fn
-
-
-def _emit_tile(kernel: Kernel, dims: tuple[Dim, ...], kind: str, op: Op, out_dtype: str) -> str:
-    fn = kernel.names.fresh("pool_tile")
-    blk = Block(depth=1)
-    extents = ["asz", *(str(d.size_out) for d in dims[1:])]
-    shape = ", ".join(extents)
-    blk.line(f"acc = nl.ndarray((p, {shape}), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line(f"nisa.memset(dst=acc, value={FILL[kind]})")
-    taps = [f"k{i}" for i in range(len(dims))]
-    for k, d in zip(taps, dims, strict=True):
-        blk.line(f"for {k} in nl.sequential_range({d.taps}):")
-        blk.indent()
-    windows = []
-    for i, (k, d) in enumerate(zip(taps, dims, strict=True)):
-        base = "a0" if i == 0 else "0"
-        start = f"{base} * {d.step} + {k} * {d.dil}" if d.step > 1 else f"{base} + {k} * {d.dil}"
-        count = extents[i]
-        stop = f"({count} - 1) * {d.step} + 1" if d.step > 1 else count
-        windows.append(f"{start}:{start} + {stop}" + (f":{d.step}" if d.step > 1 else ""))
-    blk.comment(f"{kind} over the taps: one strided window of the plane each")
-    blk.line(f"nisa.tensor_tensor(dst=acc, data1=acc, data2=x_sb[0:p, {', '.join(windows)}], "
-             f"op={FOLD[kind]})")
-    for _ in taps:
-        blk.dedent()
-    blk.line(f"res = nl.ndarray((p, {shape}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
+    _emit_load(blk, dims, kind, g)
+    shapes = {"x_sb": [d.plane for d in dims]}
+    final = nl_dtype(out_dtype) if kind == "max" else "nl.float32"
+    for i, passes, ext in _plan(dims, kind):
+        d = dims[i]
+        blk.comment(f"{kind} over dim {i}: {d.taps} taps (stride {d.step}, dilation {d.dil}) "
+                    f"in {len(passes)} pass(es)")
+        for dst, a, a_off, a_step, b, b_off, b_step, count in passes:
+            if dst not in shapes:
+                shapes[dst] = [ext[dst] if j == i else e for j, e in enumerate(shapes[a])]
+                dtype = final if dst == "f0" else "nl.float32"
+                blk.line(f"{dst} = nl.ndarray((p, {g}, {', '.join(map(str, shapes[dst]))}), "
+                         f"dtype={dtype}, buffer=nl.sbuf)")
+            out_v = _view(dst, shapes[dst], g, i, 0, 1, count)
+            left = _view(a, shapes[a], g, i, a_off, a_step, count)
+            if (a, a_off) == (b, b_off):
+                blk.line(f"nisa.tensor_copy(dst={out_v}, src={left})")
+                continue
+            right = _view(b, shapes[b], g, i, b_off, b_step, count)
+            blk.line(f"nisa.tensor_tensor(dst={out_v}, data1={left}, data2={right}, "
+                     f"op={FOLD[kind]})")
+    res = "f0"
     if kind == "avg":
         divisor = op.attr("divisor") or math.prod(d.taps for d in dims)
-        blk.line(f"nisa.tensor_scalar(dst=res, data=acc, op0=nl.multiply, "
-                 f"operand0={1.0 / float(str(divisor))!r})")
-    else:
-        blk.line("nisa.tensor_copy(dst=res, src=acc)")
-    rest = ", ".join(f"0:{d.size_out}" for d in dims[1:])
-    index = "nl.ds(a0, asz)" + (f", {rest}" if rest else "")
-    blk.line(f"nl.store(out_v[nl.ds(r0, p), {index}], res)")
-    kernel.helpers.append([f"def {fn}(x_sb, out_v, r0, p, a0, asz):",
-                           f'    """{op.origin}: output positions a0..a0+asz (first spatial '
-                           'dim) of rows r0..r0+p."""', *blk.lines])
+        blk.comment("the average: 1 / divisor on the Scalar Engine, in the output dtype")
+        blk.line(f"res = nl.ndarray((p, {g}, {', '.join(str(d.size_out) for d in dims)}), "
+                 f"dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
+        blk.line(f"nisa.activation(dst=res, op=nl.copy, data=f0, "
+                 f"scale={1.0 / float(str(divisor))!r})")
+        res = "res"
+    blk.line(f"nl.store(out_v[nl.ds(r0, p), 0:{g}, "
+             f"{', '.join(f'0:{d.size_out}' for d in dims)}], {res})")
+    kernel.helpers.append([f"def {fn}(x_v, out_v, r0, p):",
+                           f'    """{op.origin}: rows r0..r0+p ({g} rows per partition): load '
+                           'their planes once, fold dim by dim, store."""', *blk.lines])
     return fn

@@ -113,11 +113,11 @@ class TestConvSource:
 
 
 class TestDepthwiseAndChains:
-    def test_depthwise_runs_on_the_vector_engine(self) -> None:
-        """One channel per group: per-partition weights on the Vector Engine, no matmul."""
+    def test_depthwise_splits_its_taps_between_pe_and_vector(self) -> None:
+        """One channel per group: 5 of 9 taps as diagonal matmuls, 4 on the Vector Engine."""
         lowered = lower_ok(conv_task("conv2d_depthwise"))
-        assert "nisa.scalar_tensor_tensor" in lowered.source
-        assert "nc_matmul" not in lowered.source
+        assert lowered.source.count("nisa.scalar_tensor_tensor(") == 4
+        assert lowered.source.count("nisa.nc_matmul(acc_ps, diag[") == 5
 
     def test_depthwise_over_128_channels_stays_on_the_pe(self) -> None:
         lowered = lower_ok(conv_task("conv2d_depthwise_wide"))

@@ -1,0 +1,66 @@
+"""Pooling folded dim by dim, several rows per partition, on the simulator against PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+
+from nkibot.convert.models.lowering.conv import Dim
+from nkibot.convert.models.lowering.pool import fold_passes
+from tests.convert.models.lowering.lowering_support import (
+    check_on_sim,
+    lower_ok,
+    make_task,
+    module_source,
+)
+
+#: name -> (constructor, input shape); 1024 rows pack several per partition, 150 do not
+POOLS = {
+    "max1d_doubling_dilated": ("nn.MaxPool1d(8, stride=1, padding=4, dilation=3)",
+                               (8, 128, 150)),
+    "max1d_odd_window_ragged": ("nn.MaxPool1d(5, stride=1, padding=2)", (3, 50, 70)),
+    "avg1d_binary_sum": ("nn.AvgPool1d(11, stride=1, padding=5)", (8, 128, 40)),
+    "max2d_separable": ("nn.MaxPool2d(4, stride=1, padding=1)", (8, 128, 12, 10)),
+    "avg2d_stride_is_kernel": ("nn.AvgPool2d(5)", (8, 128, 23, 21)),
+    "max3d_staged_strided": ("nn.MaxPool3d(3, stride=2, padding=1, dilation=2)",
+                             (4, 256, 7, 6, 5)),
+    "avg3d_ragged": ("nn.AvgPool3d(3, stride=2, padding=1)", (3, 50, 6, 7, 5)),
+}
+
+
+def _task(name: str, dtype: str):  # type: ignore[no-untyped-def]
+    ctor, shape = POOLS[name]
+    return make_task(module_source("self.pool(x)", init=f"        self.pool = {ctor}"),
+                     [shape], dtype)
+
+
+class TestSeparablePoolOnSim:
+    """Dim-by-dim folding with packed rows matches PyTorch in fp32 and bf16."""
+
+    @pytest.mark.parametrize("name", sorted(POOLS))
+    def test_fp32_matches_torch(self, name: str) -> None:
+        """fp32 pooling matches within 1e-3 at aligned (packed) and ragged row counts."""
+        check_on_sim(_task(name, "float32"))
+
+    @pytest.mark.parametrize("name", ["max1d_doubling_dilated", "avg2d_stride_is_kernel",
+                                      "max3d_staged_strided"])  # no bf16 avg_pool3d on CPU
+    def test_bf16_matches_torch(self, name: str) -> None:
+        """bf16 rows are pooled in fp32 planes and stored as bf16."""
+        check_on_sim(_task(name, "bfloat16"))
+
+
+class TestFoldPlan:
+    """The passes one dim folds in."""
+
+    def test_stride_one_windows_double(self) -> None:
+        """A max over 8 taps is 3 doubling passes; a sum over 11 is 3 + popcount(11) - 1."""
+        d8 = Dim(100, 93, 8, 1, 1, 1, 0)
+        assert len(fold_passes(0, d8, "max", "x")[0]) == 3
+        d11 = Dim(100, 90, 11, 1, 1, 1, 0)
+        passes, ext = fold_passes(0, d11, "avg", "x")
+        assert len(passes) == 5 and ext["f0"] == 90
+
+    def test_packed_rows_and_separable_taps_in_source(self) -> None:
+        """1024 rows pack 2 per partition; a 4x4 window is 2 + 2 passes, not 16."""
+        src = lower_ok(_task("max2d_separable", "float32")).source
+        assert "x_v = x.reshape((512, 2, 12, 10))" in src
+        assert src.count("nisa.tensor_tensor(") == 4
