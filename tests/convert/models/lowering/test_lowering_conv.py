@@ -57,6 +57,11 @@ CONVS = {
     "tconv3d_phase_mixed": ("nn.ConvTranspose3d(8, 4, (3, 2, 5), stride=(2, 1, 3), "
                             "padding=(1, 0, 2), output_padding=(1, 0, 1), groups=2)",
                             (1, 8, 4, 5, 7)),
+    # taps of one dim stacked on the partitions, per phase: 2 of 5 (a loop, a ragged last)
+    "tconv1d_phase_folded": ("nn.ConvTranspose1d(48, 8, 9, stride=2, padding=3, "
+                             "output_padding=1)", (2, 48, 60)),
+    "tconv2d_phase_folded": ("nn.ConvTranspose2d(40, 8, (7, 3), stride=(3, 2), padding=(2, 1), "
+                             "dilation=(2, 1))", (1, 40, 12, 10)),
     # planes over the SBUF budget: bands of output rows, each loading its input rows
     "banded2d": ("nn.Conv2d(3, 8, 5, stride=2, padding=3)", (1, 3, 190, 181)),
     "banded3d": ("nn.Conv3d(2, 4, 3, padding=1)", (1, 2, 20, 60, 30)),
@@ -130,6 +135,12 @@ class TestConvSource:
         assert "zero-insertion" not in lowered.source
         assert "res[0:csz, 1:1 + (q0 - 1) * 2 + 1:2, 2:2 + (q1 - 1) * 3 + 1:3]" in lowered.source
         assert lowered.source.count("nl.store(") == 1
+
+    def test_phase_taps_fold_onto_partitions(self) -> None:
+        """48 input channels: 2 taps of a phase a matmul (96 rows), the ragged last on 48."""
+        lowered = lower_ok(conv_task("tconv1d_phase_folded"))
+        assert "x_sb[0:96" in lowered.source and "x_sb[0:48" in lowered.source
+        assert "for b in nl.affine_range(2)" in lowered.source
 
 
 class TestDepthwiseAndChains:
