@@ -22,6 +22,10 @@ from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid,
 from nkibot.convert.models.lowering.conv import ConvSpec, Dim
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
 
+# bytes per partition (of 192 KiB) for the resident plane, the weights and the output tile
+# (no band form here: the plane stays whole; KernelBench 73's 128 KiB plane fits)
+PHASE_BUDGET = 168 * 1024
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -64,14 +68,15 @@ def phase_dim(d: Dim) -> PhaseDim | None:
 
 def phase_dims(spec: ConvSpec) -> tuple[PhaseDim, ...] | None:
     """Every dim's phases when the phase form applies (transposed, some stride > 1, some
-    phase has taps, the original plane fits the SBUF budget), else None."""
+    phase has taps, the plane, weights and output tile fit PHASE_BUDGET), else None."""
     if not spec.transposed or all(d.up == 1 for d in spec.dims):
         return None
     dims = [phase_dim(d) for d in spec.dims]
     if any(p is None for p in dims):
         return None
     out = tuple(p for p in dims if p is not None)
-    room = conv.PLANE_BUDGET // 4 - spec.cout_g * spec.taps
+    tile = math.prod(_tiles(spec, out))
+    room = (PHASE_BUDGET - 4 * tile) // 4 - spec.cout_g * spec.taps
     return out if math.prod(p.plane for p in out) <= room else None
 
 
