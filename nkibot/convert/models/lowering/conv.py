@@ -8,7 +8,8 @@ view of the zero-padded input plane held in SBUF (start `o * stride + k * dilati
 
 A transposed convolution is the same sum over a zero-*inserted* plane: input element i
 lands at `i * stride + dilation * (K - 1) - padding`, the windows have step 1 and the taps
-run flipped. Weights are loaded once per group and stay resident across batch elements
+run flipped (a strided one runs by output phase over the original plane instead when it
+fits: convphase.py). Weights are loaded once per group and stay resident across batch elements
 and output tiles; the input plane is loaded once per batch element.
 """
 
