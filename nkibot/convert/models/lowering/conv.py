@@ -8,7 +8,8 @@ view of the zero-padded input plane held in SBUF (start `o * stride + k * dilati
 
 A transposed convolution is the same sum over a zero-*inserted* plane: input element i
 lands at `i * stride + dilation * (K - 1) - padding`, the windows have step 1 and the taps
-run flipped. Weights are loaded once per group and stay resident across batch elements
+run flipped (a strided one runs by output phase over the original plane instead when it
+fits: convphase.py). Weights are loaded once per group and stay resident across batch elements
 and output tiles; the input plane is loaded once per batch element.
 """
 
@@ -165,6 +166,12 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         w_leaf.dtype == x_dtype) else "nl.float32"
     kind = "transposed convolution" if spec.transposed else "convolution"
     kernel.body.comment(f"{op.origin}: {kind}, groups={spec.groups}, {spec.taps} taps")
+    from nkibot.convert.models.lowering import convphase  # it builds on this module
+
+    phased = convphase.phase_dims(spec)
+    if phased is not None and convphase.faster(spec, phased):
+        convphase.emit_phased(kernel, spec, phased, (x, w, bias), out, compute)
+        return
     fold = convfold.choose(spec, 2 if compute != "nl.float32" else 4)
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype, slab is not None,
                                 fold)
@@ -247,7 +254,7 @@ def _sp(spec: ConvSpec) -> list[str]:
     return [f"s{i}" for i in range(len(spec.dims))]
 
 
-def _emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
+def emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
                 out: Output) -> None:
     """The HBM views: weights [groups, Cin/g, Cout/g, K...], bias, input and output."""
     g_, cin_g, cout_g = spec.groups, spec.cin_g, spec.cout_g
@@ -278,8 +285,8 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
                fns: dict[int, str], compute: str, slab: int | None, fold: Fold) -> None:
     """Weights, then per batch element the plane (or its bands) and the output tiles;
     `fns` maps each band's row count to its helper (no bands: 0 to the tile helper)."""
-    body, cin_g = kernel.body, spec.cin_g
-    _emit_views(body, spec, x, w, bias, out)
+    body = kernel.body
+    emit_views(body, spec, x, w, bias, out)
     body.line(f"for g in nl.affine_range({spec.groups}):")
     body.indent()
     body.comment("weights stay resident for every batch element and output tile of group g"
@@ -290,6 +297,14 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     if slab is not None:
         _emit_bands(body, spec, slab, bias is not None, fns, fold)
         return
+    emit_plane(body, spec, fold, compute)
+    _emit_tile_grid(body, spec, spec.cout_g, bias is not None, fns[0])
+
+
+def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
+    """x_sb: the padded (zero-inserted when transposed) input plane of batch n, group g,
+    once per partition block of the fold; only the margins no input covers are zeroed."""
+    cin_g = spec.cin_g
     what = "zero-inserted, padded" if spec.transposed else "zero-padded"
     copies = f", {fold.blocks} times: block u shifted left by u * dilation" if (
         fold.blocks > 1) else ": loaded once"
@@ -306,7 +321,6 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
         here = convfold.block_slices(spec.dims, placed, u)
         if here is not None:
             _place(body, spec, part, here, compute)
-    _emit_tile_grid(body, spec, spec.cout_g, bias is not None, fns[0])
 
 
 def _zero(body: Block, part: str, region: list[str]) -> None:

@@ -48,6 +48,20 @@ CONVS = {
     "tconv2d_strided_grouped": ("nn.ConvTranspose2d(8, 6, (3, 4), stride=(2, 3), padding=(1, 2),"
                                 " groups=2, dilation=(2, 1))", (1, 8, 7, 9)),
     "tconv3d": ("nn.ConvTranspose3d(4, 4, 3, stride=2, padding=1, bias=False)", (1, 4, 4, 5, 6)),
+    # by output phase over the original plane (convphase.py): stride 3, output_padding,
+    # dilation; a phase no tap reaches (dilation 2 = stride 2: zero plus bias); mixed strides
+    "tconv1d_phase_s3": ("nn.ConvTranspose1d(6, 4, 5, stride=3, padding=2, output_padding=2, "
+                         "dilation=2)", (2, 6, 70)),
+    "tconv2d_phase_dilated": ("nn.ConvTranspose2d(8, 6, (3, 4), stride=(2, 3), padding=(1, 2), "
+                              "groups=2, dilation=(2, 1))", (1, 8, 17, 29)),
+    "tconv3d_phase_mixed": ("nn.ConvTranspose3d(8, 4, (3, 2, 5), stride=(2, 1, 3), "
+                            "padding=(1, 0, 2), output_padding=(1, 0, 1), groups=2)",
+                            (1, 8, 4, 5, 7)),
+    # taps of one dim stacked on the partitions, per phase: 2 of 5 (a loop, a ragged last)
+    "tconv1d_phase_folded": ("nn.ConvTranspose1d(48, 8, 9, stride=2, padding=3, "
+                             "output_padding=1)", (2, 48, 60)),
+    "tconv2d_phase_folded": ("nn.ConvTranspose2d(40, 8, (7, 3), stride=(3, 2), padding=(2, 1), "
+                             "dilation=(2, 1))", (1, 40, 12, 10)),
     # planes over the SBUF budget: bands of output rows, each loading its input rows
     "banded2d": ("nn.Conv2d(3, 8, 5, stride=2, padding=3)", (1, 3, 190, 181)),
     "banded3d": ("nn.Conv3d(2, 4, 3, padding=1)", (1, 2, 20, 60, 30)),
@@ -79,7 +93,8 @@ class TestConvOnSim:
         assert check_on_sim(conv_task(name)) < 1e-3
 
     @pytest.mark.parametrize("name", ["conv2d_strided_padded", "tconv1d", "conv3d",
-                                      "tconv2d_cin32_k7", "conv3d_fold_all", "banded3d_cin3"])
+                                      "tconv2d_cin32_k7", "conv3d_fold_all", "banded3d_cin3",
+                                      "tconv3d_phase_mixed"])
     def test_bf16_matches_torch(self, name: str) -> None:
         """bf16 activations are widened on load into the fp32 plane."""
         check_on_sim(conv_task(name, "bfloat16"))
@@ -110,6 +125,22 @@ class TestConvSource:
         """A plane over the SBUF budget still folds all 27 taps of a 3-D conv (81 rows)."""
         lowered = lower_ok(conv_task("banded3d_cin3"))
         assert "def conv_band" in lowered.source and "w_sb[0:81," in lowered.source
+
+
+    def test_strided_transposed_conv_runs_by_output_phase(self) -> None:
+        """Stride (2, 3): each phase's taps over the original plane, copied into the tile
+        through a strided view; no zero-inserted plane, one contiguous store per tile."""
+        lowered = lower_ok(conv_task("tconv2d_phase_dilated"))
+        assert "def conv_phase_tile" in lowered.source
+        assert "zero-insertion" not in lowered.source
+        assert "res[0:csz, 1:1 + (q0 - 1) * 2 + 1:2, 2:2 + (q1 - 1) * 3 + 1:3]" in lowered.source
+        assert lowered.source.count("nl.store(") == 1
+
+    def test_phase_taps_fold_onto_partitions(self) -> None:
+        """48 input channels: 2 taps of a phase a matmul (96 rows), the ragged last on 48."""
+        lowered = lower_ok(conv_task("tconv1d_phase_folded"))
+        assert "x_sb[0:96" in lowered.source and "x_sb[0:48" in lowered.source
+        assert "for b in nl.affine_range(2)" in lowered.source
 
 
 class TestDepthwiseAndChains:
