@@ -36,6 +36,7 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/shrink.py, run as a script
 from shrink import meta_task, minimum_bytes, operator_flops, shrink_source
@@ -116,6 +117,12 @@ def _shrunk_copy(path: Path, scratch: Path, max_elements: int | None
 
 def lower_only(path: Path, root: Path, entry: str, max_elements: int | None) -> Outcome:
     """The lowering's decision alone (lowered / declined, and its time): no verification."""
+    return _lower(path, root, entry, max_elements)[0]
+
+
+def _lower(path: Path, root: Path, entry: str, max_elements: int | None
+           ) -> tuple[Outcome, tuple[str, Any, Any] | None]:
+    """The lowering's decision as an Outcome, and for a kernel (source, task, Lowered)."""
     from nkibot.convert.models.lowering import Declined, lower_task
 
     category = category_of(path, root)
@@ -128,20 +135,21 @@ def lower_only(path: Path, root: Path, entry: str, max_elements: int | None) -> 
             note = ", ".join(f"{k}={a}->{b}" for k, (a, b) in shrunk.changed.items())
             source, fits = shrunk.source, shrunk.fits
         if not fits:
-            return Outcome(str(path), category, "too_big", 0.0, 0, "inputs stay too big")
+            return Outcome(str(path), category, "too_big", 0.0, 0, "inputs stay too big"), None
         task = meta_task(source, str(path), entry)
         decided = time.monotonic()
         result = lower_task(task)
     except Exception as exc:  # the suite reports crashes, it does not stop on them
         return Outcome(str(path), category, "failed", time.monotonic() - started, 0,
-                       f"crash: {type(exc).__name__}: {exc}", shrunk=note)
+                       f"crash: {type(exc).__name__}: {exc}", shrunk=note), None
     lower_s = time.monotonic() - decided
     if isinstance(result, Declined):
         return Outcome(str(path), category, "declined", time.monotonic() - started, 0,
                        f"the lowering declined: {result.reason}"[:200], shrunk=note,
-                       lower_s=lower_s)
+                       lower_s=lower_s), None
     return Outcome(str(path), category, "lowered", time.monotonic() - started, 0,
-                   f"{len(result.source.splitlines())} lines", shrunk=note, lower_s=lower_s)
+                   f"{len(result.source.splitlines())} lines", shrunk=note,
+                   lower_s=lower_s), (source, task, result)
 
 
 KERNEL_DTYPES = {"int64": "int32", "float64": "float32"}  # NKI's calling convention
@@ -161,19 +169,12 @@ def estimate_only(path: Path, root: Path, entry: str, max_elements: int | None,
     from nkibot.sim.cost import estimate
     from nkibot.sim.cost.report import operator_roofline
 
-    outcome = lower_only(path, root, entry, max_elements)
-    if outcome.status != "lowered":
+    outcome, kernel = _lower(path, root, entry, max_elements)
+    if kernel is None:
         return outcome
+    source, task, lowered = kernel
     started = time.monotonic()
     try:
-        source = path.read_text(encoding="utf-8", errors="replace")
-        if max_elements is not None:
-            source = shrink_source(source, max_elements).source
-        from nkibot.convert.models.lowering import Lowered, lower_task
-
-        task = meta_task(source, str(path), entry)
-        lowered = lower_task(task)
-        assert isinstance(lowered, Lowered)
         module = types.ModuleType("lowered_kernel")
         with activate(force=True, target=target):
             exec(compile(lowered.source, "lowered_kernel.py", "exec"), module.__dict__)

@@ -119,17 +119,23 @@ def shrink_source(source: str, max_elements: int, max_steps: int = 64) -> Shrunk
     return Shrunk(_render(ast.parse(source), values), changed, current <= max_elements, current)
 
 
-def minimum_bytes(source: str, entry: str = "Model") -> int:
-    """Bytes any kernel must move: every input, parameter and output once (meta run)."""
+def _meta_model(source: str, entry: str) -> tuple[Any, list[Any], list[Any]]:
+    """(module, forward inputs, init args) built from `source` on the meta device."""
     import torch
 
     _, namespace = _sizes(source)
     with torch.device("meta"):
         get_init = namespace.get("get_init_inputs")
         init = list(get_init()) if callable(get_init) else []
-        model = namespace[entry](*init)
-        values = list(namespace["get_inputs"]())
-        out = model(*values)
+        return namespace[entry](*init), list(namespace["get_inputs"]()), init
+
+
+def minimum_bytes(source: str, entry: str = "Model") -> int:
+    """Bytes any kernel must move: every input, parameter and output once (meta run)."""
+    import torch
+
+    model, values, _ = _meta_model(source, entry)
+    out = model(*values)
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     tensors += list(model.state_dict().values()) if isinstance(model, torch.nn.Module) else []
     tensors += list(out) if isinstance(out, tuple | list) else [out]
@@ -143,13 +149,9 @@ def operator_flops(source: str, entry: str = "Model") -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    _, namespace = _sizes(source)
-    with torch.device("meta"):
-        get_init = namespace.get("get_init_inputs")
-        model = namespace[entry](*(list(get_init()) if callable(get_init) else []))
-        values = list(namespace["get_inputs"]())
-        with FlopCounterMode(display=False) as counter, torch.no_grad():
-            model(*values)
+    model, values, _ = _meta_model(source, entry)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(*values)
     return float(counter.get_total_flops())
 
 
@@ -163,12 +165,7 @@ def meta_task(source: str, path: str, entry: str = "Model") -> Any:
 
     from nkibot.task import InputSpec, Task
 
-    _, namespace = _sizes(source)
-    with torch.device("meta"):
-        get_init = namespace.get("get_init_inputs")
-        init = list(get_init()) if callable(get_init) else []
-        values = list(namespace["get_inputs"]())
-        model = namespace[entry](*init)
+    model, values, init = _meta_model(source, entry)
     names = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
              torch.int64: "int64", torch.int32: "int32", torch.bool: "bool",
              torch.float64: "float32"}

@@ -98,7 +98,6 @@ class LoweringBackend:
                           tool_calls=[ToolCall(id=CALL_ID, name="verify_kernel",
                                                arguments={"code": result.source})])
 
-
     async def preflight(self, task: Task) -> str | None:
         """Lower `task` now, before any reference runs: the decline reason, or None.
 
@@ -106,8 +105,9 @@ class LoweringBackend:
         module that would not build or trace gives None: its reference run explains that.
         """
         result = await self._lowered(task)
-        final = isinstance(result, Declined) and not result.module_error
-        return result.reason if isinstance(result, Declined) and final else None
+        if isinstance(result, Declined) and not result.module_error:
+            return result.reason
+        return None
 
     async def _lowered(self, task: Task) -> Lowered | Declined:
         if self._result is None or self._result[0] is not task:
