@@ -30,7 +30,6 @@ from nkibot.results import (
     Status,
     TurnRecord,
 )
-from nkibot.sim.cost.report import operator_roofline
 from nkibot.task import Task
 
 #: Optimize-phase turns when neither the repo config nor the command sets them.
@@ -150,6 +149,8 @@ async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started
                                  optimize_turns=optimize_turns)
     profile = await _profile(kb, task, outcome, stage)
     if isinstance(profile, ProfileResult) and profile.model and reference.flops is not None:
+        from nkibot.sim.cost.report import operator_roofline  # the simulator loads lazily
+
         profile.model = operator_roofline(profile.model, reference.flops,
                                           reference.low_precision)
     return _assemble(task, name, kb, outcome, args, profile, started)

@@ -17,6 +17,21 @@ from typing import TYPE_CHECKING
 
 from nkibot.convert.models.lowering.builder import PMAX, Block
 
+# trn1's figures from nkibot/sim/cost/constants.py, restated (importing them would load the
+# simulator into every lowering child): the Tensor Engine clock and fp32's 4x, and 16 DMA
+# queues x 17 B/ns.
+PE_GHZ, FP32_FACTOR, DMA_BYTES_PER_NS = 2.8, 4, 272
+
+
+def pe_ns(cycles: float, elem_bytes: int) -> float:
+    """Modelled Tensor Engine ns of `cycles` bf16 cycles (fp32 operands take 4x)."""
+    return cycles * (FP32_FACTOR if elem_bytes == 4 else 1) / PE_GHZ
+
+
+def load_ns(nbytes: float) -> float:
+    """Modelled ns to move `nbytes` over all 16 DMA queues at peak."""
+    return nbytes / DMA_BYTES_PER_NS
+
 if TYPE_CHECKING:
     from nkibot.convert.models.lowering.conv import ConvSpec, Dim
 
@@ -72,10 +87,10 @@ def _score(spec: ConvSpec, fold: Fold, elem_bytes: int) -> float:
     copy its bytes at 16 queues x 17 B/ns, counted twice (a batch element's loads overlap
     the matmuls that wait for them only in part)."""
     positions = math.prod(max(d.size_out, 1) for d in spec.dims)
-    pe = math.prod(fold.outer) * -(-spec.cout_g // PMAX) * max(positions, 64) * (
-        4 if elem_bytes == 4 else 1) / 2.8
+    pe = pe_ns(math.prod(fold.outer) * -(-spec.cout_g // PMAX) * max(positions, 64),
+               elem_bytes)
     plane = fold.blocks * spec.cin_g * math.prod(d.size_in for d in spec.dims) * elem_bytes
-    return pe + 2 * plane / 272
+    return pe + load_ns(2 * plane)
 
 
 def emit_weights(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:

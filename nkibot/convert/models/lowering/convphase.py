@@ -107,8 +107,8 @@ def choose_fold(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int) -> 
     2.8 GHz) plus plane loads (f copies at 272 B/ns, counted twice), cin * f <= 128."""
     per = max(64, min(conv.NMAX, math.prod(d.size_out for d in spec.dims) // math.prod(
         p.stride for p in dims)))
-    cycles = per * (4 if elem_bytes == 4 else 1) / 2.8
-    plane = spec.cin_g * math.prod(p.plane for p in dims) * elem_bytes * 2 / 272
+    cycles = convfold.pe_ns(per, elem_bytes)
+    plane = convfold.load_ns(spec.cin_g * math.prod(p.plane for p in dims) * elem_bytes * 2)
     best = (math.inf, PhaseFold(0, 1))
     for i, p in enumerate(dims):
         for f in range(1, min(max(ph.count for ph in p.phases), PMAX // spec.cin_g) + 1):
