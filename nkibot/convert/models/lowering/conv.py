@@ -172,7 +172,12 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     if phased is not None and convphase.faster(spec, phased):
         convphase.emit_phased(kernel, spec, phased, (x, w, bias), out, compute)
         return
-    fold = convfold.choose(spec, 2 if compute != "nl.float32" else 4)
+    elem = 2 if compute != "nl.float32" else 4
+    fold = convfold.choose(spec, elem)
+    if slab is None:
+        from nkibot.convert.models.lowering import convband  # it builds on this module
+
+        fold = convband.choose(spec, fold, elem, PLANE_BUDGET // 4)
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype, slab is not None,
                                 fold)
     if slab is not None:
@@ -229,18 +234,31 @@ def _emit_bands(body: Block, spec: ConvSpec, rows: int, has_bias: bool,
     body.dedent()
     body.dedent()
 
-def _emit_tile_grid(body: Block, spec: ConvSpec, cout_g: int, has_bias: bool,
+def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
                     tile_fn: str) -> None:
     """The output tiles over the loaded plane x_sb (channels x positions); closes the batch
     and group loops the caller opened."""
     sp = _sp(spec)
     params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + "out_v, n, g"
-    fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
-    axes = [Axis("c", cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
-        sp, spec.dims, _tiles(spec), strict=True)]
-    emit_grid(body, axes, f"{tile_fn}({params}, {fields})", "affine_range")
+    if fold.rows > 1:
+        from nkibot.convert.models.lowering import convband
+
+        convband.emit_tile_grid(body, spec, fold, _tiles(grouped(spec, fold)), params, tile_fn)
+    else:
+        fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
+        axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
+            sp, spec.dims, _tiles(spec), strict=True)]
+        emit_grid(body, axes, f"{tile_fn}({params}, {fields})", "affine_range")
     body.dedent()
     body.dedent()
+
+def grouped(spec: ConvSpec, fold: Fold) -> ConvSpec:
+    """The spec whose banded dim counts output groups of `fold.rows` rows (the tiles'
+    unit there)."""
+    dims = tuple(Dim(d.size_in, -(-d.size_out // fold.rows), d.taps, d.step, d.dil, d.up,
+                     d.lead) if i == fold.band else d for i, d in enumerate(spec.dims))
+    return ConvSpec(spec.batch, spec.cin, spec.cout, spec.groups, dims, spec.transposed)
+
 
 def _band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
     """(first input row, count, slab row it lands on) for output rows z0..z0+zsz."""
@@ -277,6 +295,11 @@ def emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
 
 def _fold_note(spec: ConvSpec, fold: Fold) -> str:
     taps = " x ".join(str(f) for f in fold.sizes)
+    if fold.rows > 1:
+        return (f"; {taps} blocks on the partitions (block u: the plane shifted by u), "
+                f"{fold.rows} output rows of dim {fold.band} on the columns, each row's "
+                "taps along the band (a banded weight matrix: few output channels fill "
+                "few columns)")
     return (f"; {taps} taps stacked on the partitions (block u holds tap j * f + u"
             + (", flipped" if spec.transposed else "") + ")" if fold.blocks > 1 else "")
 
@@ -298,7 +321,7 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
         _emit_bands(body, spec, slab, bias is not None, fns, fold)
         return
     emit_plane(body, spec, fold, compute)
-    _emit_tile_grid(body, spec, spec.cout_g, bias is not None, fns[0])
+    _emit_tile_grid(body, spec, fold, bias is not None, fns[0])
 
 
 def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
@@ -309,14 +332,17 @@ def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
     copies = f", {fold.blocks} times: block u shifted left by u * dilation" if (
         fold.blocks > 1) else ": loaded once"
     body.comment(f"the {what} input plane of batch n, group g{copies}")
-    plane = ", ".join(str(d.plane) for d in spec.dims)
-    body.line(f"x_sb = nl.ndarray(({cin_g * fold.blocks}, {plane}), dtype={compute}, "
-              "buffer=nl.sbuf)")
-    placed = [d.placed() for d in spec.dims]
     planes = [d.plane for d in spec.dims]
+    if fold.rows > 1:
+        from nkibot.convert.models.lowering import convband
+
+        planes = convband.planes(spec, fold)
+    body.line(f"x_sb = nl.ndarray(({cin_g * fold.blocks}, {', '.join(map(str, planes))}), "
+              f"dtype={compute}, buffer=nl.sbuf)")
+    placed = [d.placed() for d in spec.dims]
     for b, u in enumerate(fold.offsets()):
         part = f"{b * cin_g}:{(b + 1) * cin_g}"
-        for region in convfold.margins(spec.dims, planes, placed, u):
+        for region in convfold.margins(spec.dims, planes, placed, u, fold.band):
             _zero(body, part, region)
         here = convfold.block_slices(spec.dims, placed, u)
         if here is not None:
@@ -366,16 +392,21 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
                     "a ragged fold contracts only its valid blocks)" if fold.blocks > 1 else ""))
     _emit_matmuls(blk, spec, fold, [], spec.cin_g * fold.blocks)
     blk.line(f"res = nl.ndarray((csz, {sizes}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
-    if bias:
+    index = [f"nl.ds({'z0 + ' if banded and i == 0 else ''}{v}0, {v}sz)"
+             for i, v in enumerate(sp)]
+    if fold.rows > 1:
+        from nkibot.convert.models.lowering import convband
+
+        convband.emit_store(blk, spec, fold, bias, index)
+    elif bias:
         blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
         blk.comment("bias: one value per output channel (partition)")
         blk.line("nisa.tensor_scalar(dst=res, data=acc, op0=nl.add, operand0=b_t)")
     else:
         blk.line("nisa.tensor_copy(dst=res, src=acc)")
-    index = ", ".join(f"nl.ds({'z0 + ' if banded and i == 0 else ''}{v}0, {v}sz)"
-                      for i, v in enumerate(sp))
-    blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {index}], res)")
-    args = ", ".join(f"{v}0, {v}sz" for v in sp)
+    if fold.rows == 1:
+        blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {', '.join(index)}], res)")
+    args = ", ".join(f"{v}0, {v}sz" for v in sp) + (", rlast" if fold.rows > 1 else "")
     head = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g" + (", z0" if banded else "")
     kernel.helpers.append([
         f"def {fn}({head}, c0, csz, {args}):",
@@ -394,17 +425,19 @@ def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: i
         where = [(str(j - 1 - int(k)) if k.isdigit() else f"{j - 1} - {k}")
                  if spec.transposed else k for k, j in zip(ks, fold.outer, strict=True)]
         windows = []
-        for v, d, k, f in zip(_sp(spec), spec.dims, ks, fold.sizes, strict=True):
+        for i, (v, d, k, f) in enumerate(zip(_sp(spec), spec.dims, ks, fold.sizes,
+                                             strict=True)):
             shift = "" if k == "0" else (f" + {int(k) * f * d.dil}" if k.isdigit() else
                                          f" + {k} * {f * d.dil}")
-            start = f"{v}0 * {d.step}{shift}" if d.step > 1 else f"{v}0{shift}"
-            stop = f"({v}sz - 1) * {d.step} + 1:{d.step}" if d.step > 1 else f"{v}sz"
+            step = fold.rows if i == fold.band else d.step  # a band steps over its groups
+            start = f"{v}0 * {step}{shift}" if step > 1 else f"{v}0{shift}"
+            stop = f"({v}sz - 1) * {step} + 1:{step}" if step > 1 else f"{v}sz"
             windows.append(f"{start}:{start} + {stop}")
         blk.line(f"nisa.nc_matmul(acc, w_sb[0:{rows}, nl.ds(c0, csz), {', '.join(where)}], "
                  f"x_sb[0:{rows}, {', '.join(windows)}])")
         return
     j, f, taps = fold.outer[i], fold.sizes[i], fold.taps[i]
-    full = j - 1 if taps % f else j
+    full = j - 1 if fold.ragged(i) else j
     if full > 1:
         blk.line(f"for k{i} in nl.affine_range({full}):")
         blk.indent()
@@ -412,7 +445,7 @@ def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: i
         blk.dedent()
     elif full == 1:
         _emit_matmuls(blk, spec, fold, [*ks, "0"], rows)
-    if taps % f:
+    if fold.ragged(i):
         _emit_matmuls(blk, spec, fold, [*ks, str(j - 1)], rows // f * (taps - (j - 1) * f))
 
 

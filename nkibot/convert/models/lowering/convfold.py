@@ -38,10 +38,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Fold:
-    """f_i taps of each dim i stacked on the partitions (all 1: no fold)."""
+    """f_i taps of each dim i stacked on the partitions (all 1: no fold); with `rows` > 1,
+    also `rows` output rows of dim `band` stacked on the stationary columns (convband.py):
+    block u_band then holds the plane shifted by u_band rows and base tap j of that dim
+    shifts the window by j * f rows."""
 
     sizes: tuple[int, ...]
     taps: tuple[int, ...]
+    band: int = -1
+    rows: int = 1
 
     @property
     def blocks(self) -> int:
@@ -49,8 +54,14 @@ class Fold:
 
     @property
     def outer(self) -> tuple[int, ...]:
-        """Matmuls per dim: base taps 0, f_i, 2 f_i, ..."""
-        return tuple(-(-k // f) for k, f in zip(self.taps, self.sizes, strict=True))
+        """Matmuls per dim: base taps 0, f_i, 2 f_i, ... (the banded dim: base shifts 0, f,
+        2 f, ... until every one of its `rows` output rows has met all its taps)."""
+        return tuple(-(-(k + (self.rows - 1 if i == self.band else 0)) // f)
+                     for i, (k, f) in enumerate(zip(self.taps, self.sizes, strict=True)))
+
+    def ragged(self, i: int) -> bool:
+        """Dim i's last base tap contracts only a prefix of the blocks."""
+        return i != self.band and self.taps[i] % self.sizes[i] != 0
 
     def offsets(self) -> list[tuple[int, ...]]:
         """Each partition block's tap offset u, in block order."""
@@ -98,21 +109,49 @@ def emit_weights(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
     (transposed: the flipped tap, at position J - 1 - j); positions past the kernel's edge
     stay unwritten and no matmul reads them."""
     rows, outer = spec.cin_g * fold.blocks, ", ".join(str(j) for j in fold.outer)
-    body.line(f"w_sb = nl.ndarray(({rows}, {spec.cout_g}, {outer}), dtype={compute}, "
+    cin, cout = spec.cin_g, spec.cout_g
+    body.line(f"w_sb = nl.ndarray(({rows}, {cout * fold.rows}, {outer}), dtype={compute}, "
               "buffer=nl.sbuf)")
-    if fold.blocks == 1:
+    if fold.blocks == 1 and fold.rows == 1:
         body.line("nisa.dma_copy(dst=w_sb, src=w_v[g])")
         return
-    cin, cout = spec.cin_g, spec.cout_g
+    if fold.rows > 1:
+        body.comment(f"columns r * {cout} + co: output row r of the band; the pairs (block, "
+                     "row) no tap joins stay zero")
+        body.line("nisa.memset(dst=w_sb, value=0.0, engine=nisa.engine.gpsimd)")
     for b, u in enumerate(fold.offsets()):
-        dst, src = [], []
-        for k, f, j, ui in zip(fold.taps, fold.sizes, fold.outer, u, strict=True):
-            n = -(-(k - ui) // f)
-            lo = k - 1 - ui - f * (n - 1) if spec.transposed else ui
-            dst.append(f"{j - n}:{j}" if spec.transposed else f"0:{n}")
-            src.append(f"{lo}:{lo + f * (n - 1) + 1}" + (f":{f}" if f > 1 and n > 1 else ""))
-        body.line(f"nisa.dma_copy(dst=w_sb[{b * cin}:{(b + 1) * cin}, 0:{cout}, "
-                  f"{', '.join(dst)}], src=w_v[g, 0:{cin}, 0:{cout}, {', '.join(src)}])")
+        for r in range(fold.rows):
+            here = _tap_slices(spec, fold, u, r)
+            if here is None:
+                continue
+            dst, src = here
+            body.line(f"nisa.dma_copy(dst=w_sb[{b * cin}:{(b + 1) * cin}, "
+                      f"{r * cout}:{(r + 1) * cout}, {', '.join(dst)}], "
+                      f"src=w_v[g, 0:{cin}, 0:{cout}, {', '.join(src)}])")
+
+
+def _tap_slices(spec: ConvSpec, fold: Fold, u: tuple[int, ...], r: int
+                ) -> tuple[list[str], list[str]] | None:
+    """(weight positions, kernel taps) of partition block u for output row r of the band
+    (None when no tap joins them). Position p of a dim holds tap p * f + u (transposed:
+    the flipped tap at position J - 1 - p); in the banded dim, row r's tap there is
+    p * f + u - r, zero where that is past the kernel's edge."""
+    dst, src = [], []
+    for i, (k, f, j, ui) in enumerate(zip(fold.taps, fold.sizes, fold.outer, u, strict=True)):
+        if i == fold.band:
+            base = k - 1 - (j - 1) * f - ui + r if spec.transposed else ui - r
+            lo, hi = max(0, -(base // f)), min(j - 1, (k - 1 - base) // f)
+            if hi < lo:
+                return None
+            n, first = hi - lo + 1, base + lo * f
+            dst.append(f"{lo}:{hi + 1}")
+            src.append(f"{first}:{first + f * (n - 1) + 1}" + (f":{f}" if n > 1 else ""))
+            continue
+        n = -(-(k - ui) // f)
+        lo = k - 1 - ui - f * (n - 1) if spec.transposed else ui
+        dst.append(f"{j - n}:{j}" if spec.transposed else f"0:{n}")
+        src.append(f"{lo}:{lo + f * (n - 1) + 1}" + (f":{f}" if f > 1 and n > 1 else ""))
+    return dst, src
 
 
 def shifted(placed: tuple[int, int, int], d: Dim, shift: int) -> tuple[int, int, int]:
@@ -136,18 +175,18 @@ def block_slices(dims: tuple[Dim, ...], placed: list[tuple[int, int, int]],
 
 
 def margins(dims: tuple[Dim, ...], planes: list[int], placed: list[tuple[int, int, int]],
-            u: tuple[int, ...]) -> list[list[str]]:
+            u: tuple[int, ...], band: int = -1) -> list[list[str]]:
     """The plane regions block u's input does not cover and a window of an existing tap
     reads (padding), as slices per dim: each is zeroed, so no window reads an unwritten
     element. The last u * dilation positions of each dim, shifted out, are read by no
-    existing tap (`_prefix`)."""
+    existing tap (`_prefix`), except in the banded dim, whose zero weights read them."""
     here = [shifted(p, d, ui * d.dil) for p, d, ui in zip(placed, dims, u, strict=True)]
     if not all(c > 0 for _, c, _ in here) or any(d.up > 1 for d in dims):
         return [[f"0:{p}" for p in planes]]
     out = []
     for i, ((_, c, st), p, d, ui) in enumerate(zip(here, planes, dims, u, strict=True)):
         whole = [f"0:{q}" for q in planes]
-        for lo, hi in ((0, st), (st + c, p - ui * d.dil)):
+        for lo, hi in ((0, st), (st + c, p if i == band else p - ui * d.dil)):
             if hi > lo:
                 out.append([*whole[:i], f"{lo}:{hi}", *whole[i + 1:]])
     return out

@@ -75,6 +75,13 @@ CONVS = {
     # a banded plane with its banded dim folded too: 3 x 27 taps = 81 rows, bands of rows
     "banded3d_cin3": ("nn.Conv3d(3, 4, 3, padding=(1, 0, 1), dilation=(2, 1, 1))",
                       (1, 3, 33, 40, 30)),
+    # output rows stacked on the stationary columns (convband.py): a band of 11 rows (all),
+    # a ragged last group (13 rows in bands of 2), grouped, a plain conv with bias
+    "tconv3d_band": ("nn.ConvTranspose3d(16, 8, (3, 5, 3))", (2, 16, 5, 7, 6)),
+    "tconv2d_band_ragged": ("nn.ConvTranspose2d(32, 16, (5, 3), bias=False)", (1, 32, 9, 8)),
+    "conv3d_band_grouped": ("nn.Conv3d(64, 16, 3, groups=2, padding=(1, 0, 1))",
+                            (1, 64, 10, 13, 16)),
+    "conv2d_band": ("nn.Conv2d(32, 16, 3, padding=1)", (1, 32, 41, 37)),
 }
 
 
@@ -94,7 +101,9 @@ class TestConvOnSim:
 
     @pytest.mark.parametrize("name", ["conv2d_strided_padded", "tconv1d", "conv3d",
                                       "tconv2d_cin32_k7", "conv3d_fold_all", "banded3d_cin3",
-                                      "tconv3d_phase_mixed"])
+                                      "tconv3d_phase_mixed", "tconv3d_band",
+                                      "tconv2d_band_ragged", "conv3d_band_grouped",
+                                      "conv2d_band"])
     def test_bf16_matches_torch(self, name: str) -> None:
         """bf16 activations are widened on load into the fp32 plane."""
         check_on_sim(conv_task(name, "bfloat16"))
@@ -105,9 +114,11 @@ class TestConvSource:
         """The kernel names nn.Conv2d in its comments and loads weights once per group."""
         lowered = lower_ok(conv_task("conv2d_grouped"))
         assert "self.conv" in lowered.source
-        # once per group: one DMA per folded tap (3 x 3), all before the batch loop
-        assert lowered.source.count("nisa.dma_copy(dst=w_sb") == 9
-        assert lowered.source.index("dst=w_sb[4:6") < lowered.source.index("for n in")
+        # once per group: every weight DMA (one per partition block and band row) comes
+        # before the batch loop
+        head = lowered.source[:lowered.source.index("for n in")]
+        assert lowered.source.count("nisa.dma_copy(dst=w_sb") == head.count(
+            "nisa.dma_copy(dst=w_sb") > 0
         assert "nisa.nc_matmul(acc" in lowered.source
 
     def test_few_input_channels_fold_the_taps_of_two_dims_onto_partitions(self) -> None:
@@ -126,6 +137,14 @@ class TestConvSource:
         lowered = lower_ok(conv_task("banded3d_cin3"))
         assert "def conv_band" in lowered.source and "w_sb[0:81," in lowered.source
 
+
+    def test_few_output_channels_stack_output_rows_on_the_columns(self) -> None:
+        """16 output channels: 2 rows of the band fill 32 columns, each stored as every 2nd
+        row; the ragged last group stores only its valid rows."""
+        lowered = lower_ok(conv_task("tconv2d_band_ragged"))
+        assert "w_sb = nl.ndarray((64, 32, " in lowered.source
+        assert "band row r: output rows s00 * 2 + r, stepping 2" in lowered.source
+        assert "the last group: 1 of its 2 rows are outputs" in lowered.source
 
     def test_strided_transposed_conv_runs_by_output_phase(self) -> None:
         """Stride (2, 3): each phase's taps over the original plane, copied into the tile
