@@ -73,6 +73,9 @@ class TrialStats(BaseModel):
     atol: float = 0.0
     rtol: float = 0.0
     worst: list[WorstElement] = Field(default_factory=list)
+    #: compared within twice the reference's own fp32 error, wider than the tolerance
+    #: (a stress trial whose output cancels to near zero; see `verify.stats`)
+    ill_conditioned: bool = False
 
 
 class VerifyResult(BaseModel):

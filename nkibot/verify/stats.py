@@ -96,9 +96,11 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
         same_inf = np.isinf(e) & (a == e)
         # an element within twice the reference's own rounding error of it also matches: a
         # kernel as accurate as the fp32 reference can be that far from it
-        # (capped at the tolerance the output's largest element gets anyway)
-        top = float(np.max(np.abs(e[np.isfinite(e)]), initial=0.0))
-        slack = min(2.0 * exp.ref_error, tol.atol + tol.rtol * top) if tol.atol > 0 else 0.0
+        slack, ill = _slack(exp, e, tol)
+        if ill:
+            label = (f"{label}, reference ill-conditioned: its own fp32 error "
+                     f"{exp.ref_error:.3g} exceeds the tolerance, compared within twice "
+                     "that").lstrip(", ")
         ok = (err <= tol.atol + tol.rtol * np.abs(e - centre)) | (err <= slack) | both_nan | (
             same_inf)
         err = np.where(both_nan | same_inf, 0.0, err)
@@ -113,10 +115,33 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
         "max_rel_error": _finite_max(rel),
         "mean_abs_error": _finite_mean(err),
         "mismatched": mismatched,
+        "ill_conditioned": ill,
         "nan_count": int(np.count_nonzero(np.isnan(a))),
         "inf_count": int(np.count_nonzero(np.isinf(a))),
         "worst": _worst(err, e, a, ok),
     })
+
+
+def _slack(exp: Expected, e: np.ndarray[Any, Any], tol: Tolerance) -> tuple[float, bool]:
+    """(slack, ill-conditioned): how far from the reference an element may be, as twice the
+    reference's own error (its fp32 run against a float64 run of the same model).
+
+    The slack is capped at the tolerance the output's largest element gets, so a wildly
+    inexact reference does not open the comparison, except on a stress trial (offset,
+    large magnitude, overflow scale) whose reference cannot itself meet that tolerance: an
+    output that cancels to near zero (KLDivLoss at +100: PyTorch's fp32 loss is 3e-3 off a
+    float64 truth of -2e-5) is then compared within twice the reference's error, and the
+    trial is labelled so. The normal trials carry no reference error and stay exact, so a
+    kernel still has to compute the output (`judge` checks each output has such a trial).
+    """
+    if tol.atol <= 0 or exp.ref_error <= 0:
+        return 0.0, False
+    top = float(np.max(np.abs(e[np.isfinite(e)]), initial=0.0))
+    cap = tol.atol + tol.rtol * top
+    wide = 2.0 * exp.ref_error
+    if wide <= cap or exp.label.startswith("normal") or not np.isfinite(wide):
+        return min(wide, cap), False
+    return wide, True
 
 
 def _finite_mean(err: np.ndarray[Any, Any]) -> float:

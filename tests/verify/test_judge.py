@@ -103,3 +103,39 @@ class TestJudge:
         assert verdict.reasons == [
             "numeric:output-count trial 0: expected 1 output(s), got 2",
             "numeric:trials-missing only 1 of 3 trials ran"]
+
+
+class TestIllConditioned:
+    """Stress trials whose fp32 reference cannot meet the tolerance (verify.stats._slack)."""
+
+    @staticmethod
+    def _set(tmp: Path, labels: list[str], error: float) -> ReferenceSet:
+        root, exp_root = tmp / "in", tmp / "exp"
+        root.mkdir()
+        exp_root.mkdir()
+        made = []
+        for t, label in enumerate(labels):
+            x = np.random.default_rng(t).standard_normal((8, 4)).astype(np.float32)
+            made.append(ReferenceTrial(
+                index=t, seed=t, label=label, native_dtypes=["float32"],
+                inputs=[save_array(root / f"x{t}.npy", x)],
+                expected=[save_array(exp_root / f"e{t}.npy", np.maximum(x, 0))],
+                ref_errors=[0.0 if label == "normal" else error]))
+        return ReferenceSet(root=root, expected_root=exp_root, trials=made, state=[],
+                            low_precision=False)
+
+    def test_noted_and_passed_when_normal_trials_test_the_values(self, tmp_path: Path) -> None:
+        with self._set(tmp_path, ["normal", "offset +100"], error=0.5) as ref:
+            outs = _outputs(ref, lambda x: np.maximum(x, 0))
+            outs[1] = [outs[1][0] + 0.6]  # off by more than the tolerance, within 2 x 0.5
+            verdict = judge(TASK, ref, KernelRun(outs, deterministic=True, arg_names=["x"]))
+        assert verdict.passed, verdict.reasons
+        assert [d.rule for d in verdict.diagnostics] == ["reference:ill-conditioned"]
+        assert verdict.trials[1].ill_conditioned and not verdict.trials[0].ill_conditioned
+
+    def test_an_output_no_trial_tests_fails(self, tmp_path: Path) -> None:
+        with self._set(tmp_path, ["offset +100", "offset -100"], error=0.5) as ref:
+            outs = _outputs(ref, lambda x: np.maximum(x, 0) + 0.6)
+            verdict = judge(TASK, ref, KernelRun(outs, deterministic=True, arg_names=["x"]))
+        assert not verdict.passed
+        assert verdict.reasons[0].startswith("guard:ill-conditioned output 0")

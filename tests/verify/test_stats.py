@@ -174,6 +174,45 @@ class TestReferenceError:
                        ref_error=10.0)
         assert not compare(exp, e + 0.5, "float32", TOL).passed
 
+    @staticmethod
+    def _kl_at_offset() -> tuple[float, float]:
+        """KernelBench 98 (KLDivLoss, batchmean) at offset +100: both inputs are softmax rows
+        plus 100, so terms of ~100 (log t - log p) cancel to a loss near zero.
+        (PyTorch-like fp32 loss, its error against float64)"""
+        rng = np.random.default_rng(8)
+        rows = rng.standard_normal((2, 64, 4096))
+        soft = np.exp(rows) / np.exp(rows).sum(axis=2, keepdims=True)
+        p, t = (soft + 100).astype(np.float32)
+        p64, t64 = p.astype(np.float64), t.astype(np.float64)
+        exact = float(np.sum(t64 * (np.log(t64) - np.log(p64))) / 64)
+        ref = float(np.sum(t * (np.log(t) - np.log(p)), dtype=np.float32) / np.float32(64))
+        return ref, exact
+
+    def test_ill_conditioned_stress_trial_compared_within_the_references_error(self) -> None:
+        """A 0-d loss that cancels: PyTorch's fp32 value is itself far off the truth, so a
+        kernel closer to the truth passes, labelled; a wrong one still fails."""
+        ref, exact = self._kl_at_offset()
+        ref_error = abs(ref - exact)
+        exp = Expected(values=np.array(ref, dtype=np.float32), dtype="float32", trial=3,
+                       seed=3, label="offset +100", output=0, ref_error=ref_error)
+        closer = np.array(exact, dtype=np.float32)
+        capped = Expected(values=exp.values, dtype="float32", trial=3, seed=3,
+                          label="offset +100", output=0)
+        assert not compare(capped, closer, "float32", TOL).passed  # without the error: fails
+        stats = compare(exp, closer, "float32", TOL)
+        assert stats.passed and stats.ill_conditioned
+        assert "reference ill-conditioned" in stats.label
+        for wrong in (ref + 3 * ref_error, 0.0, -ref):
+            assert not compare(exp, np.array(wrong, dtype=np.float32), "float32", TOL).passed
+
+    def test_normal_trials_never_widen(self) -> None:
+        """The same reference error on a normal trial stays capped at the tolerance."""
+        ref, exact = self._kl_at_offset()
+        exp = Expected(values=np.array(ref, dtype=np.float32), dtype="float32", trial=0,
+                       seed=0, label="normal", output=0, ref_error=abs(ref - exact))
+        stats = compare(exp, np.array(exact, dtype=np.float32), "float32", TOL)
+        assert not stats.passed and not stats.ill_conditioned
+
     def test_near_constant_negative_centre_gets_positive_ulps(self) -> None:
         """Around -0.99 (softsign of x - 100) the floor is ULP_FLOOR ulps, not negative."""
         rng = np.random.default_rng(6)
