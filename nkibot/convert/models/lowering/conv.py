@@ -67,6 +67,8 @@ class ConvSpec:
     groups: int
     dims: tuple[Dim, ...]
     transposed: bool
+    # torch groups stacked in one group here (block-diagonal weights: convband.stack)
+    stack: int = 1
 
     @property
     def cin_g(self) -> int:
@@ -169,14 +171,19 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     from nkibot.convert.models.lowering import convphase  # it builds on this module
 
     phased = convphase.phase_dims(spec)
+    elem = 2 if compute != "nl.float32" else 4
+    from nkibot.convert.models.lowering import convband
+
     if phased is not None and convphase.faster(spec, phased):
+        spec = convband.stack(spec, elem, phased=True)
+        phased = convphase.phase_dims(spec)
+        assert phased is not None
         convphase.emit_phased(kernel, spec, phased, (x, w, bias), out, compute)
         return
-    elem = 2 if compute != "nl.float32" else 4
+    if slab is None:
+        spec = convband.stack(spec, elem, phased=False)
     fold = convfold.choose(spec, elem)
     if slab is None:
-        from nkibot.convert.models.lowering import convband  # it builds on this module
-
         fold = convband.choose(spec, fold, elem, PLANE_BUDGET // 4)
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype, slab is not None,
                                 fold)
@@ -257,7 +264,8 @@ def grouped(spec: ConvSpec, fold: Fold) -> ConvSpec:
     unit there)."""
     dims = tuple(Dim(d.size_in, -(-d.size_out // fold.rows), d.taps, d.step, d.dil, d.up,
                      d.lead) if i == fold.band else d for i, d in enumerate(spec.dims))
-    return ConvSpec(spec.batch, spec.cin, spec.cout, spec.groups, dims, spec.transposed)
+    return ConvSpec(spec.batch, spec.cin, spec.cout, spec.groups, dims, spec.transposed,
+                    spec.stack)
 
 
 def _band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
@@ -277,7 +285,17 @@ def emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
     """The HBM views: weights [groups, Cin/g, Cout/g, K...], bias, input and output."""
     g_, cin_g, cout_g = spec.groups, spec.cin_g, spec.cout_g
     ks = ", ".join(str(d.taps) for d in spec.dims)
-    if spec.transposed:
+    if spec.stack > 1:
+        s, ci, co = spec.stack, cin_g // spec.stack, cout_g // spec.stack
+        body.comment(f"{s} torch groups stacked a group (block-diagonal weights): weight "
+                     f"seen as [groups, {s}, Cin/g, Cout/g, {ks} taps]")
+        if spec.transposed:
+            body.line(f"w_v = {w}.reshape(({g_}, {s}, {ci}, {co}, {ks}))")
+        else:
+            perm = ", ".join(str(i) for i in range(4, 4 + len(spec.dims)))
+            body.line(f"w_v = {w}.reshape(({g_}, {s}, {co}, {ci}, {ks})).permute((0, 1, 3, 2, "
+                      f"{perm}))")
+    elif spec.transposed:
         body.comment(f"weight [Cin, Cout/g, taps] seen as [groups, Cin/g, Cout/g, {ks} taps]")
         body.line(f"w_v = {w}.reshape(({g_}, {cin_g}, {cout_g}, {ks}))")
     else:

@@ -9,6 +9,11 @@ weight of (block a, row r) is tap s + a - r, zero past the kernel's edge; ceil((
 A) base shifts give every row all its K taps. The moving window steps R rows of D (one
 output group per step). Output row r of the band is stored from partitions r * cout.. as
 rows r, r + R, ... of D, so D is best an outer dim (whole inner rows per DMA run).
+
+Grouped convs stack S torch groups a matmul instead (`stack`): S * cin_g partitions and S *
+cout_g columns with block-diagonal weights, one loop iteration per S groups. Channels of
+consecutive groups are consecutive, so the stacked group's input, output and bias views
+are those of a conv with groups / S groups; only the weights are copied block by block.
 """
 
 from __future__ import annotations
@@ -91,6 +96,36 @@ def choose(spec: ConvSpec, best: Fold, elem_bytes: int, room: int) -> Fold:
                     if cost < least and dma <= pe < plain_pe and _fits(spec, fold, room):
                         found, least = fold, cost
     return found
+
+
+def stack(spec: ConvSpec, elem_bytes: int, phased: bool) -> ConvSpec:
+    """`spec` with S torch groups stacked a group: the S (dividing groups, S * cin_g and S *
+    cout_g within 128) of least modelled time over all groups, by the form's own chooser
+    (by phase: convphase.fold_cost; else the fold and band of least `score`). Stacking
+    multiplies the PE array's useful rows and columns by S at the same matmul count per
+    group, but leaves fewer rows to fold taps on."""
+    from nkibot.convert.models.lowering import convphase  # it builds on conv too
+
+    best, least = spec, math.inf
+    for s in range(1, spec.groups + 1):
+        if spec.groups % s or s * max(spec.cin_g, spec.cout_g) > PMAX:
+            continue
+        cand = ConvSpec(spec.batch, spec.cin, spec.cout, spec.groups // s, spec.dims,
+                        spec.transposed, s)
+        if phased:
+            dims = convphase.phase_dims(cand)
+            if dims is None:
+                continue
+            cost = convphase.fold_cost(cand, dims, elem_bytes)[0]
+        else:
+            if conv._check(cand, "float32") is not None:
+                continue
+            fold = choose(cand, convfold.choose(cand, elem_bytes), elem_bytes,
+                          conv.PLANE_BUDGET // 4)
+            cost = score(cand, fold, elem_bytes)[0]
+        if cost * cand.groups < least:
+            best, least = cand, cost * cand.groups
+    return best
 
 
 def _fits(spec: ConvSpec, fold: Fold, room: int) -> bool:

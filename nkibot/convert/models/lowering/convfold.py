@@ -112,22 +112,43 @@ def emit_weights(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
     cin, cout = spec.cin_g, spec.cout_g
     body.line(f"w_sb = nl.ndarray(({rows}, {cout * fold.rows}, {outer}), dtype={compute}, "
               "buffer=nl.sbuf)")
-    if fold.blocks == 1 and fold.rows == 1:
+    if fold.blocks == 1 and fold.rows == 1 and spec.stack == 1:
         body.line("nisa.dma_copy(dst=w_sb, src=w_v[g])")
         return
     if fold.rows > 1:
         body.comment(f"columns r * {cout} + co: output row r of the band; the pairs (block, "
                      "row) no tap joins stay zero")
-        body.line("nisa.memset(dst=w_sb, value=0.0, engine=nisa.engine.gpsimd)")
+    zero_weights(body, spec, "w_sb", fold.rows > 1)
     for b, u in enumerate(fold.offsets()):
         for r in range(fold.rows):
             here = _tap_slices(spec, fold, u, r)
-            if here is None:
-                continue
-            dst, src = here
-            body.line(f"nisa.dma_copy(dst=w_sb[{b * cin}:{(b + 1) * cin}, "
-                      f"{r * cout}:{(r + 1) * cout}, {', '.join(dst)}], "
-                      f"src=w_v[g, 0:{cin}, 0:{cout}, {', '.join(src)}])")
+            if here is not None:
+                weight_copy(body, spec, "w_sb", (b * cin, r * cout), here)
+
+
+def zero_weights(body: Block, spec: ConvSpec, name: str, banded: bool = False) -> None:
+    """Weights with entries no copy writes (a band's, stacked groups' off-diagonal blocks)
+    start as zeros."""
+    if spec.stack > 1:
+        body.comment(f"{spec.stack} groups stacked on both sides: the blocks between "
+                     "different groups stay zero")
+    if spec.stack > 1 or banded:
+        body.line(f"nisa.memset(dst={name}, value=0.0, engine=nisa.engine.gpsimd)")
+
+
+def weight_copy(body: Block, spec: ConvSpec, name: str, at: tuple[int, int],
+                here: tuple[list[str], list[str]]) -> None:
+    """The weights of one partition block and column block: `name`[at[0].., at[1].., dst]
+    from w_v[g, .., src]; with groups stacked, one copy per torch group onto its diagonal
+    block."""
+    (row, col), (dst, src) = at, here
+    s = spec.stack
+    ci, co = spec.cin_g // s, spec.cout_g // s
+    for k in range(s):
+        grp = f"g, {k}" if s > 1 else "g"
+        body.line(f"nisa.dma_copy(dst={name}[{row + k * ci}:{row + (k + 1) * ci}, "
+                  f"{col + k * co}:{col + (k + 1) * co}, {', '.join(dst)}], "
+                  f"src=w_v[{grp}, 0:{ci}, 0:{co}, {', '.join(src)}])")
 
 
 def _tap_slices(spec: ConvSpec, fold: Fold, u: tuple[int, ...], r: int

@@ -104,20 +104,33 @@ class PhaseFold:
 
 def choose_fold(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int) -> PhaseFold:
     """The (dim, f) of least modelled PE time (matmuls x max(N, 64) cycles, fp32 4x, at
-    2.8 GHz) plus plane loads (f copies at 272 B/ns, counted twice), cin * f <= 128."""
-    per = max(64, min(conv.NMAX, math.prod(d.size_out for d in spec.dims) // math.prod(
-        p.stride for p in dims)))
-    cycles = convfold.pe_ns(per, elem_bytes)
+    2.8 GHz) plus plane loads (f copies at 272 B/ns, counted twice), cin * f <= 128; a
+    fold whose plane copies and output would take the DMA queues longer than its matmuls
+    take the PE is not taken."""
+    return fold_cost(spec, dims, elem_bytes)[1]
+
+
+def fold_cost(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
+              ) -> tuple[float, PhaseFold]:
+    """choose_fold's modelled ns per batch element and group, and its fold. The matmuls'
+    cycles are counted over all of a phase's output tiles (before 2026-12-04 over one
+    tile only, against a whole plane's loads: folds stayed too small, e.g. KernelBench 72
+    stacked 2 of its 4 taps where it could 3)."""
+    per = math.prod(d.size_out for d in spec.dims) // math.prod(p.stride for p in dims)
+    cycles = convfold.pe_ns(max(per, 64 * -(-per // conv.NMAX)), elem_bytes)
     plane = convfold.load_ns(spec.cin_g * math.prod(p.plane for p in dims) * elem_bytes * 2)
+    out = convfold.load_ns(spec.cout_g * math.prod(d.size_out for d in spec.dims) * elem_bytes)
     best = (math.inf, PhaseFold(0, 1))
     for i, p in enumerate(dims):
         for f in range(1, min(max(ph.count for ph in p.phases), PMAX // spec.cin_g) + 1):
             calls = sum(math.prod(-(-ph.count // f) if j == i else ph.count
                                   for j, ph in enumerate(combo))
                         for combo in itertools.product(*(q.phases for q in dims)))
+            if f > 1 and f * plane + out > calls * cycles:
+                continue  # DMA bound: more copies slow it (KernelBench 79: 0.54 -> 0.37)
             best = min(best, (calls * cycles + f * plane, PhaseFold(i, f)),
                        key=lambda t: t[0])
-    return best[1]
+    return best
 
 
 def _emit_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], fold: PhaseFold,
@@ -136,6 +149,7 @@ def _emit_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], fold:
         names.append(f"w_p{ph.r}")
         body.line(f"w_p{ph.r} = nl.ndarray(({cin * fold.f}, {spec.cout_g}, {shape}), "
                   f"dtype={compute}, buffer=nl.sbuf)")
+        convfold.zero_weights(body, spec, f"w_p{ph.r}")
         for u in range(min(fold.f, ph.count)):
             n = -(-(ph.count - u) // fold.f)
             lo, step = ph.first + (ph.count - 1 - u - (n - 1) * fold.f) * ph.step, fold.f * ph.step
@@ -143,9 +157,7 @@ def _emit_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], fold:
             src[i] = f"{lo}:{lo + step * (n - 1) + 1}" + (f":{step}" if n > 1 else "")
             dst = [f"0:{k}" for k in ks]
             dst[i] = f"{j - n}:{j}"
-            body.line(f"nisa.dma_copy(dst=w_p{ph.r}[{u * cin}:{(u + 1) * cin}, "
-                      f"0:{spec.cout_g}, {', '.join(dst)}], "
-                      f"src=w_v[g, 0:{cin}, 0:{spec.cout_g}, {', '.join(src)}])")
+            convfold.weight_copy(body, spec, f"w_p{ph.r}", (u * cin, 0), (dst, src))
     body.line(f"w_sb = ({', '.join(names)},)")
 
 
@@ -185,7 +197,7 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     sizes = tuple(fold.f if i == fold.dim else 1 for i in range(len(dims)))
     plane = ConvSpec(spec.batch, spec.cin, spec.cout, spec.groups, tuple(
         Dim(d.size_in, p.plane, 1, 1, max(ph.shift for ph in p.phases), 1, p.lead)
-        for d, p in zip(spec.dims, dims, strict=True)), False)
+        for d, p in zip(spec.dims, dims, strict=True)), False, spec.stack)
     conv.emit_plane(body, plane, convfold.Fold(sizes, sizes), compute)
     sp = [f"s{i}" for i in range(len(spec.dims))]
     params = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"

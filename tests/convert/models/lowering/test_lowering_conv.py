@@ -82,6 +82,12 @@ CONVS = {
     "conv3d_band_grouped": ("nn.Conv3d(64, 16, 3, groups=2, padding=(1, 0, 1))",
                             (1, 64, 10, 13, 16)),
     "conv2d_band": ("nn.Conv2d(32, 16, 3, padding=1)", (1, 32, 41, 37)),
+    # torch groups stacked on both sides (block-diagonal weights): by phase as KernelBench
+    # 72 (4 groups of 8 -> 8), a plain grouped conv, stacked groups with a band
+    "tconv3d_phase_stacked": ("nn.ConvTranspose3d(32, 32, (3, 5, 7), stride=2, padding=(1, 2, "
+                              "3), output_padding=1, groups=4)", (1, 32, 3, 4, 6)),
+    "conv2d_stacked": ("nn.Conv2d(32, 32, 3, groups=4, padding=1)", (1, 32, 30, 30)),
+    "conv2d_stacked_band": ("nn.Conv2d(32, 16, 3, groups=2)", (1, 32, 40, 36)),
 }
 
 
@@ -103,7 +109,8 @@ class TestConvOnSim:
                                       "tconv2d_cin32_k7", "conv3d_fold_all", "banded3d_cin3",
                                       "tconv3d_phase_mixed", "tconv3d_band",
                                       "tconv2d_band_ragged", "conv3d_band_grouped",
-                                      "conv2d_band"])
+                                      "conv2d_band", "tconv3d_phase_stacked",
+                                      "conv2d_stacked", "conv2d_stacked_band"])
     def test_bf16_matches_torch(self, name: str) -> None:
         """bf16 activations are widened on load into the fp32 plane."""
         check_on_sim(conv_task(name, "bfloat16"))
@@ -145,6 +152,16 @@ class TestConvSource:
         assert "w_sb = nl.ndarray((64, 32, " in lowered.source
         assert "band row r: output rows s00 * 2 + r, stepping 2" in lowered.source
         assert "the last group: 1 of its 2 rows are outputs" in lowered.source
+
+    def test_groups_stack_block_diagonally(self) -> None:
+        """4 groups of 8 channels: one loop iteration contracts 32 channels into 32 columns,
+        each group's weights copied onto its diagonal block of a zeroed tile."""
+        lowered = lower_ok(conv_task("tconv3d_phase_stacked"))
+        assert "4 torch groups stacked a group" in lowered.source
+        assert "for g in nl.affine_range(1):" in lowered.source
+        assert "nisa.memset(dst=w_p0, value=0.0" in lowered.source
+        assert "w_p0[24:32, 24:32," in lowered.source and "src=w_v[g, 3, 0:8, 0:8," in (
+            lowered.source)
 
     def test_strided_transposed_conv_runs_by_output_phase(self) -> None:
         """Stride (2, 3): each phase's taps over the original plane, copied into the tile
