@@ -16,11 +16,15 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nkibot.convert.models.lowering import conv, convfold
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.conv import ConvSpec, Dim
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
+
+if TYPE_CHECKING:  # convphaseband builds on this module
+    from nkibot.convert.models.lowering.convphaseband import PhaseBand
 
 # bytes per partition (of 192 KiB) for the resident plane, the weights and the output tile
 # (no band form here: the plane stays whole; KernelBench 73's 128 KiB plane fits)
@@ -102,16 +106,18 @@ class PhaseFold:
     f: int
 
 
-def choose_fold(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int) -> PhaseFold:
+def choose_fold(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
+                ) -> PhaseFold | PhaseBand:
     """The (dim, f) of least modelled PE time (matmuls x max(N, 64) cycles, fp32 4x, at
     2.8 GHz) plus plane loads (f copies at 272 B/ns, counted twice), cin * f <= 128; a
     fold whose plane copies and output would take the DMA queues longer than its matmuls
-    take the PE is not taken."""
+    take the PE is not taken. A band of output rows per phase (convphaseband.py) when it
+    is faster still."""
     return fold_cost(spec, dims, elem_bytes)[1]
 
 
 def fold_cost(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
-              ) -> tuple[float, PhaseFold]:
+              ) -> tuple[float, PhaseFold | PhaseBand]:
     """choose_fold's modelled ns per batch element and group, and its fold. The matmuls'
     cycles are counted over all of a phase's output tiles (before 2026-12-04 over one
     tile only, against a whole plane's loads: folds stayed too small, e.g. KernelBench 72
@@ -120,7 +126,7 @@ def fold_cost(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
     cycles = convfold.pe_ns(max(per, 64 * -(-per // conv.NMAX)), elem_bytes)
     plane = convfold.load_ns(spec.cin_g * math.prod(p.plane for p in dims) * elem_bytes * 2)
     out = convfold.load_ns(spec.cout_g * math.prod(d.size_out for d in spec.dims) * elem_bytes)
-    best = (math.inf, PhaseFold(0, 1))
+    best, pe = (math.inf, PhaseFold(0, 1)), math.inf
     for i, p in enumerate(dims):
         for f in range(1, min(max(ph.count for ph in p.phases), PMAX // spec.cin_g) + 1):
             calls = sum(math.prod(-(-ph.count // f) if j == i else ph.count
@@ -128,9 +134,12 @@ def fold_cost(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
                         for combo in itertools.product(*(q.phases for q in dims)))
             if f > 1 and f * plane + out > calls * cycles:
                 continue  # DMA bound: more copies slow it (KernelBench 79: 0.54 -> 0.37)
-            best = min(best, (calls * cycles + f * plane, PhaseFold(i, f)),
-                       key=lambda t: t[0])
-    return best
+            if calls * cycles + f * plane < best[0]:
+                best, pe = (calls * cycles + f * plane, PhaseFold(i, f)), calls * cycles
+    from nkibot.convert.models.lowering import convphaseband  # it builds on this module
+
+    band = convphaseband.choose(spec, dims, elem_bytes, (best[0], pe))
+    return band if band is not None else best
 
 
 def _emit_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], fold: PhaseFold,
@@ -181,6 +190,11 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     x, w, bias = names
     body = kernel.body
     fold = choose_fold(spec, dims, 4 if compute == "nl.float32" else 2)
+    if not isinstance(fold, PhaseFold):
+        from nkibot.convert.models.lowering import convphaseband
+
+        convphaseband.emit(kernel, spec, dims, fold, names, out, compute)
+        return
     fn = _emit_tile(kernel, spec, dims, bias is not None, out.dtype, fold)
     conv.emit_views(body, spec, x, w, bias, out)
     body.line(f"for g in nl.affine_range({spec.groups}):")

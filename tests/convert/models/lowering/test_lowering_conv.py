@@ -88,6 +88,18 @@ CONVS = {
                               "3), output_padding=1, groups=4)", (1, 32, 3, 4, 6)),
     "conv2d_stacked": ("nn.Conv2d(32, 32, 3, groups=4, padding=1)", (1, 32, 30, 30)),
     "conv2d_stacked_band": ("nn.Conv2d(32, 16, 3, groups=2)", (1, 32, 40, 36)),
+    # by phase with a band of phase rows on the columns (convphaseband.py): as KernelBench
+    # 72 (grouped, bias), 2-D, stride 3 with output_padding (phases with unequal rows in
+    # the ragged last group), mixed strides with groups
+    "tconv3d_phase_band": ("nn.ConvTranspose3d(32, 32, (3, 5, 7), stride=2, padding=(1, 2, 3), "
+                           "output_padding=1, groups=4)", (1, 32, 6, 12, 24)),
+    "tconv2d_phase_band": ("nn.ConvTranspose2d(16, 8, (5, 3), stride=2, padding=1)",
+                           (2, 16, 31, 40)),
+    "tconv2d_phase_band_s3": ("nn.ConvTranspose2d(8, 8, 4, stride=(3, 2), padding=(1, 2), "
+                              "output_padding=(2, 1), bias=False)", (1, 8, 23, 30)),
+    "tconv3d_phase_band_mixed": ("nn.ConvTranspose3d(8, 4, (3, 2, 5), stride=(2, 1, 3), "
+                                 "padding=(1, 0, 2), output_padding=(1, 0, 1), groups=2)",
+                                 (1, 8, 9, 15, 17)),
 }
 
 
@@ -110,7 +122,9 @@ class TestConvOnSim:
                                       "tconv3d_phase_mixed", "tconv3d_band",
                                       "tconv2d_band_ragged", "conv3d_band_grouped",
                                       "conv2d_band", "tconv3d_phase_stacked",
-                                      "conv2d_stacked", "conv2d_stacked_band"])
+                                      "conv2d_stacked", "conv2d_stacked_band",
+                                      "tconv3d_phase_band", "tconv2d_phase_band",
+                                      "tconv2d_phase_band_s3", "tconv3d_phase_band_mixed"])
     def test_bf16_matches_torch(self, name: str) -> None:
         """bf16 activations are widened on load into the fp32 plane."""
         check_on_sim(conv_task(name, "bfloat16"))
@@ -162,6 +176,15 @@ class TestConvSource:
         assert "nisa.memset(dst=w_p0, value=0.0" in lowered.source
         assert "w_p0[24:32, 24:32," in lowered.source and "src=w_v[g, 3, 0:8, 0:8," in (
             lowered.source)
+
+    def test_phase_rows_stack_on_the_columns(self) -> None:
+        """8 output channels by phase: phase rows of one dim fill the columns, each band
+        row of each phase stored as its own output rows; the last group stores the rows
+        each phase has."""
+        lowered = lower_ok(conv_task("tconv2d_phase_band_s3"))
+        assert "def conv_phase_band_tile" in lowered.source
+        assert "rows per phase are outputs" in lowered.source
+        assert "for rd in range(3):" in lowered.source
 
     def test_strided_transposed_conv_runs_by_output_phase(self) -> None:
         """Stride (2, 3): each phase's taps over the original plane, copied into the tile
