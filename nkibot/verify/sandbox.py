@@ -122,9 +122,18 @@ def child_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]
     return env
 
 
+#: `python -m`, after putting the folder that holds the parent's own nkibot first on
+#: sys.path (argv: ROOT MODULE ARGS...). Isolated mode ignores PYTHONPATH and the cwd, so
+#: `python -I -m` alone imports whichever nkibot the interpreter's site-packages names: in
+#: a second checkout, another checkout's editable install, which the sandbox does not show
+#: (or, with reduced isolation, silently runs).
+BOOT = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; "
+        "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
+
+
 def python_module_argv(module: str, *args: str) -> list[str]:
-    """argv that runs `python -I -m module`: isolated mode ignores PYTHON* variables and cwd."""
-    return [sys.executable, "-I", "-m", module, *args]
+    """argv that runs `module` as `python -I -m` does, from the parent's own nkibot."""
+    return [sys.executable, "-I", "-c", BOOT, str(view.nkibot_dir().parent), module, *args]
 
 
 def run_sandboxed(
@@ -214,13 +223,15 @@ def _full(argv: list[str], env: dict[str, str], scratch: Path, confinement: Conf
 
 
 def _confined(argv: list[str], confinement: Confinement) -> list[str]:
-    """`python -I -m X ...` becomes `python -I -m nkibot.verify.confine BPF -- -m X ...`."""
+    """`python_module_argv(X, ...)` (or `python [-I] -m X ...` / `-c CODE ...`) becomes
+    `python_module_argv("nkibot.verify.confine", BPF, "--", "-m", X, ...)`."""
     if confinement.processes:
         return argv
-    python, rest = argv[0], [a for a in argv[1:3] if a == "-I"]
-    tail = argv[1 + len(rest):]
-    return [python, "-I", "-m", "nkibot.verify.confine", seccomp.stage_two().hex(), "--",
-            *tail]
+    if argv[1:4] == ["-I", "-c", BOOT]:
+        tail = ["-m", *argv[5:]]
+    else:
+        tail = argv[1 + len([a for a in argv[1:3] if a == "-I"]):]
+    return python_module_argv("nkibot.verify.confine", seccomp.stage_two().hex(), "--", *tail)
 
 
 def _run(command: list[str], stdin: bytes, env: dict[str, str], cwd: Path, launch: Launch,

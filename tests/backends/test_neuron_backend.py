@@ -25,7 +25,7 @@ from nkibot.backends.neuron.backend import (
 from nkibot.backends.neuron.neff_cache import NeffCache
 from nkibot.task import InputSpec, Task
 from nkibot.verify.reference import compute_reference
-from nkibot.verify.sandbox import SandboxOutcome
+from nkibot.verify.sandbox import BOOT, SandboxOutcome
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SDK = {"nki": "0.4.0", "neuronx-cc": "2.22.1"}
@@ -86,8 +86,8 @@ class TestCommands:
     def test_device_command(self, tmp_path: Path) -> None:
         """The compile command runs the device module isolated, with the task as JSON."""
         cmd = device_command("compile", NUMPY_KERNEL, _task(), tmp_path, 0, timeout_s=120)
-        assert cmd.argv[:3] == [sys.executable, "-I", "-m"]
-        assert cmd.argv[3] == "nkibot.backends.neuron.device"
+        assert cmd.argv[:4] == [sys.executable, "-I", "-c", BOOT]
+        assert cmd.argv[5] == "nkibot.backends.neuron.device"
         request = json.loads(cmd.stdin)
         assert request["op"] == "compile" and request["src"] == NUMPY_KERNEL
         assert request["task"]["inputs"][0]["shape"] == [4, 8]

@@ -72,6 +72,38 @@ class TestRunSandboxed:
         assert b'"a": 1' in out.stdout
 
 
+class TestSecondCheckout:
+    """A child runs the parent's own nkibot, not the one site-packages names."""
+
+    @pytest.mark.parametrize("bwrap", [True, False])
+    def test_child_imports_the_parents_nkibot(self, tmp_path: Path, bwrap: bool) -> None:
+        import shutil
+        import subprocess
+
+        import nkibot
+
+        checkout = tmp_path / "checkout"
+        shutil.copytree(Path(nkibot.__file__).parent, checkout / "nkibot",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        # only in this copy: a child that imported the installed nkibot would not find it
+        (checkout / "nkibot" / "where_probe.py").write_text(
+            "import nkibot\nprint(nkibot.__file__)\n")
+        parent = "\n".join([
+            "import sys",
+            "from nkibot.verify import isolation",
+            "from nkibot.verify.sandbox import python_module_argv, run_sandboxed",
+            "" if bwrap else "isolation.configure(isolation.SandboxPolicy(bwrap=None))",
+            "out = run_sandboxed(python_module_argv('nkibot.where_probe'), timeout_s=60)",
+            "sys.stdout.write(out.stdout.decode() + out.stderr.decode())",
+            "print(out.isolation)"])
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(checkout), "HOME": str(tmp_path)}
+        ran = subprocess.run([sys.executable, "-c", parent], env=env, capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr
+        assert str(checkout / "nkibot" / "__init__.py") in ran.stdout, ran.stdout
+        assert ("isolation: full" in ran.stdout) is bwrap, ran.stdout
+
+
 OPEN_FDS = ("import os\nopen_fds = []\nfor fd in range(3, 1024):\n    try:\n"
             "        os.fstat(fd)\n        open_fds.append(fd)\n    except OSError:\n"
             "        pass\nprint(open_fds, os.getuid())")
