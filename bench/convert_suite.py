@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import re
+import statistics
 import sys
 import tempfile
 import threading
@@ -284,7 +285,7 @@ def roofline_summary(outcomes: list[Outcome]) -> str:
                     and o.roofline is not None)
     if not values:
         return "roofline fraction: no verified kernel carries a cost-model estimate"
-    mid = values[len(values) // 2]
+    mid = statistics.median(values)  # the mean of the middle two for an even count
     return (f"roofline fraction (model estimate, trn1, not a measurement) over {len(values)} "
             f"{kind}: min {values[0]:.3f}  median {mid:.3f}  max {values[-1]:.3f}; "
             f">=0.5: {sum(1 for v in values if v >= 0.5)}, <0.1: "
