@@ -265,36 +265,57 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
                      if p.stride > 1 else f"0:q{i}"
                      for i, (ph, p) in enumerate(zip(combo, dims, strict=True)))
     if any(ph.count == 0 for ph in combo):
-        blk.comment("no tap reaches this phase: zero" + (" plus the bias" if bias else ""))
-        blk.line(f"nisa.memset(dst=res[0:csz, {view}], value=0.0)")
-        if bias:
-            blk.line(f"nisa.tensor_scalar(dst=res[0:csz, {view}], data=res[0:csz, {view}], "
-                     "op0=nl.add, operand0=b_t)")
-        blk.dedent()
+        emit_empty_phase(blk, view, bias)
         return
     q = ", ".join(f"q{i}" for i in range(len(sp)))
     blk.line(f"acc = nl.ndarray((csz, {q}), dtype=nl.float32, buffer=nl.psum)")
     taps, windows = [], []
     for i, (v, ph, p) in enumerate(zip(sp, combo, dims, strict=True)):
-        start = f"{v}0 // {p.stride}" if p.stride > 1 else f"{v}0"
         if i == fold.dim:
+            start = f"{v}0 // {p.stride}" if p.stride > 1 else f"{v}0"
             taps.append("{pos}")
             last = ph.offset - (ph.count - 1) * ph.shift
             windows.append(f"nl.ds({start} + {last}{{shift}}, q{i})")
             continue
-        if ph.count > 1:
-            blk.line(f"for j{i} in nl.affine_range({ph.count}):")
-            blk.indent()
-        j = f"j{i}" if ph.count > 1 else "0"
-        taps.append(f"{ph.first} + {j} * {ph.step}" if ph.count > 1 else str(ph.first))
-        off = f"{ph.offset} - {j} * {ph.shift}" if ph.count > 1 else str(ph.offset)
-        windows.append(f"nl.ds({start} + {off}, q{i})")
+        tap, window = emit_tap_loop(blk, i, v, ph, p)
+        taps.append(tap)
+        windows.append(window)
     line = (f"nisa.nc_matmul(acc, w_sb[{combo[fold.dim].r}][0:{{rows}}, nl.ds(c0, csz), "
             f"{', '.join(taps)}], x_sb[0:{{rows}}, {', '.join(windows)}])")
     _emit_base_taps(blk, spec.cin_g, combo[fold.dim], fold, line)
     for i, ph in enumerate(combo):
         if ph.count > 1 and i != fold.dim:
             blk.dedent()
+    emit_evict(blk, view, bias)
+
+
+def emit_tap_loop(blk: Block, i: int, v: str, ph: Phase, p: PhaseDim) -> tuple[str, str]:
+    """(tap index, plane window) of phase `ph` along unfolded dim i (tile variable v): a
+    loop `j{i}` over its taps is opened when it has several (the caller closes it)."""
+    start = f"{v}0 // {p.stride}" if p.stride > 1 else f"{v}0"
+    if ph.count > 1:
+        blk.line(f"for j{i} in nl.affine_range({ph.count}):")
+        blk.indent()
+    j = f"j{i}" if ph.count > 1 else "0"
+    tap = f"{ph.first} + {j} * {ph.step}" if ph.count > 1 else str(ph.first)
+    off = f"{ph.offset} - {j} * {ph.shift}" if ph.count > 1 else str(ph.offset)
+    return tap, f"nl.ds({start} + {off}, q{i})"
+
+
+def emit_empty_phase(blk: Block, view: str, bias: bool) -> None:
+    """A phase no tap reaches: its view of the tile is zero (plus the bias); closes the
+    phase's `if`."""
+    blk.comment("no tap reaches this phase: zero" + (" plus the bias" if bias else ""))
+    blk.line(f"nisa.memset(dst=res[0:csz, {view}], value=0.0)")
+    if bias:
+        blk.line(f"nisa.tensor_scalar(dst=res[0:csz, {view}], data=res[0:csz, {view}], "
+                 "op0=nl.add, operand0=b_t)")
+    blk.dedent()
+
+
+def emit_evict(blk: Block, view: str, bias: bool) -> None:
+    """The phase's PSUM sums `acc` into its strided view of the tile (plus the bias);
+    closes the phase's `if`."""
     if bias:
         blk.line(f"nisa.tensor_scalar(dst=res[0:csz, {view}], data=acc, op0=nl.add, "
                  "operand0=b_t)")

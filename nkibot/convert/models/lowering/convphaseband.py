@@ -18,7 +18,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from nkibot.convert.models.lowering import conv, convband, convfold
+from nkibot.convert.models.lowering import conv, convband, convfold, convphase
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.conv import ConvSpec, Dim
 from nkibot.convert.models.lowering.convphase import PHASE_BUDGET, Phase, PhaseDim
@@ -248,12 +248,7 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Ph
     blk.indent()
     view = _res_view(spec, dims, band, combo)
     if any(ph.count == 0 for ph in combo):
-        blk.comment("no tap reaches this phase: zero" + (" plus the bias" if bias else ""))
-        blk.line(f"nisa.memset(dst=res[0:csz, {view}], value=0.0)")
-        if bias:
-            blk.line(f"nisa.tensor_scalar(dst=res[0:csz, {view}], data=res[0:csz, {view}], "
-                     "op0=nl.add, operand0=b_t)")
-        blk.dedent()
+        convphase.emit_empty_phase(blk, view, bias)
         return
     blk.line(f"acc = nl.ndarray((csz, {', '.join(f'q{j}' for j in range(len(sp)))}), "
              "dtype=nl.float32, buffer=nl.psum)")
@@ -266,15 +261,10 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Ph
                                                           f" + b * {band.blocks}")
             windows.append(f"{start}:{start} + (q{j} - 1) * {band.rows} + 1:{band.rows}")
             continue
-        start = f"{v}0 // {p.stride}" if p.stride > 1 else f"{v}0"
-        if ph.count > 1:
-            blk.line(f"for j{j} in nl.affine_range({ph.count}):")
-            blk.indent()
-            loops += 1
-        k = f"j{j}" if ph.count > 1 else "0"
-        taps.append(f"{ph.first} + {k} * {ph.step}" if ph.count > 1 else str(ph.first))
-        off = f"{ph.offset} - {k} * {ph.shift}" if ph.count > 1 else str(ph.offset)
-        windows.append(f"nl.ds({start} + {off}, q{j})")
+        tap, window = convphase.emit_tap_loop(blk, j, v, ph, p)
+        taps.append(tap)
+        windows.append(window)
+        loops += ph.count > 1
     matmul = (f"nisa.nc_matmul(acc, w_sb[{combo[i].r}][0:{rows}, 0:csz, {', '.join(taps)}], "
               f"x_sb[0:{rows}, {', '.join(windows)}])")
     if band.shifts(combo[i]) > 1:
@@ -285,12 +275,7 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Ph
         blk.line(matmul)
     for _ in range(loops):
         blk.dedent()
-    if bias:
-        blk.line(f"nisa.tensor_scalar(dst=res[0:csz, {view}], data=acc, op0=nl.add, "
-                 "operand0=b_t)")
-    else:
-        blk.line(f"nisa.tensor_copy(dst=res[0:csz, {view}], src=acc)")
-    blk.dedent()
+    convphase.emit_evict(blk, view, bias)
 
 
 def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand,
