@@ -200,7 +200,7 @@ def estimate_only(path: Path, root: Path, entry: str, max_elements: int | None,
 async def convert_one(path: Path, root: Path, entry: str, model: str, backend: str,
                       max_elements: int | None = None) -> Outcome:
     from nkibot.config.settings import Settings
-    from nkibot.convert.pipeline import convert
+    from nkibot.convert.pipeline import ConvertOptions, convert
     from nkibot.convert.taskload import TaskLoadError, load_task
 
     category = category_of(path, root)
@@ -223,7 +223,8 @@ async def convert_one(path: Path, root: Path, entry: str, model: str, backend: s
             if declined is not None:
                 return Outcome(str(path), category, "declined", time.monotonic() - started, 0,
                                declined[:200], shrunk=note, lower_s=lower_s)
-            result = await convert(task, settings=Settings(), model=model, backend=backend)
+            result = await convert(task, settings=Settings(),
+                                   options=ConvertOptions(model=model, backend=backend))
         except TaskLoadError as exc:
             return Outcome(str(path), category, "failed", time.monotonic() - started, 0,
                            f"could not load: {exc}", shrunk=note)

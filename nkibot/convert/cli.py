@@ -114,6 +114,7 @@ def convert(
     from nkibot.config.platform import PlatformError
     from nkibot.config.settings import Settings
     from nkibot.config.targets import parse_shape
+    from nkibot.convert.pipeline import ConvertOptions
     from nkibot.convert.pipeline import convert as run_pipeline
     from nkibot.convert.taskload import TaskLoadError, load_task
     from nkibot.github.artifacts import write_local_outputs
@@ -139,10 +140,10 @@ def convert(
     progress = Progress(err)
     with err.status(progress._text()) as status:
         progress.status = status
-        result = asyncio.run(run_pipeline(
-            task, settings=settings, model=model, backend=backend, turns=turns,
-            on_turn=progress.on_turn, on_stage=progress.on_stage, target=target,
-            platform=chosen, optimize_turns=optimize_turns))
+        result = asyncio.run(run_pipeline(task, settings=settings, options=ConvertOptions(
+            model=model, backend=backend, turns=turns, on_turn=progress.on_turn,
+            on_stage=progress.on_stage, target=target, platform=chosen,
+            optimize_turns=optimize_turns)))
     written = write_local_outputs(result, task, out)
     if json_output:
         typer.echo(result.model_dump_json(indent=2))

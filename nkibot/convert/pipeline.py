@@ -12,6 +12,7 @@ import asyncio
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from nkibot.backends.base import KernelBackend
@@ -52,65 +53,75 @@ def _failed(task: Task, target: str, started: float, reason: str, *, backend: st
                             reasons=[reason], platform=platform)
 
 
-async def convert(
-    task: Task,
-    *,
-    settings: Settings,
-    model: str = "auto",
-    backend: str = "auto",
-    turns: int | None = None,
-    on_turn: Callable[[TurnRecord], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    target: str | None = None,
-    on_stage: Stage | None = None,
-    bedrock_available: bool | None = None,
-    core_id: int | None = None,
-    optimize_turns: int | None = None,
-    min_speedup: float | None = None,
-    min_roofline_fraction: float | None = None,
-    platform: str = "trn1",
-) -> ConversionResult:
+@dataclass(frozen=True)
+class ConvertOptions:
+    """Everything one conversion may be told besides the task and the settings.
+
+    `model`/`backend` name the chain and the kernel backend (auto|sim|neuron); `turns` caps
+    the loop (default: the task's); `target` is the name the result carries; `core_id`
+    pins the neuron backend's children to one NeuronCore (one runner worker each);
+    `platform` is the Trainium generation (trn1/trn2/trn3) the kernel is checked for.
+    `on_turn`, `should_stop` and `on_stage` are the caller's progress and cancellation.
+    """
+
+    model: str = "auto"
+    backend: str = "auto"
+    turns: int | None = None
+    target: str | None = None
+    platform: str = "trn1"
+    core_id: int | None = None
+    bedrock_available: bool | None = None
+    optimize_turns: int | None = None
+    min_speedup: float | None = None
+    min_roofline_fraction: float | None = None
+    on_turn: Callable[[TurnRecord], None] | None = None
+    should_stop: Callable[[], bool] | None = None
+    on_stage: Stage | None = None
+
+
+async def convert(task: Task, *, settings: Settings,
+                  options: ConvertOptions = ConvertOptions()) -> ConversionResult:
     """Convert one task; see the module docstring for the failure contract.
 
-    `core_id` pins the neuron backend's children to one NeuronCore (one runner worker each).
-    `platform` is the Trainium generation (trn1/trn2/trn3) the kernel is checked for; the
-    result names it.
+    The result names the generation it was checked for (`options.platform`, or on
+    hardware the device's own).
     """
     from nkibot.backends.select import select_backend
 
+    o = options
     started = time.monotonic()
-    name = target or f"{task.source_path}::{task.entry_point}"
-    stage = on_stage or (lambda _s: None)
+    name = o.target or f"{task.source_path}::{task.entry_point}"
+    stage = o.on_stage or (lambda _s: None)
     stage("backend")
-    if backend not in ("auto", "sim", "neuron"):
-        return _failed(task, name, started, f"unknown backend {backend!r}: use auto, sim or "
-                       "neuron", platform=platform)
+    if o.backend not in ("auto", "sim", "neuron"):
+        return _failed(task, name, started, f"unknown backend {o.backend!r}: use auto, sim or "
+                       "neuron", platform=o.platform)
     try:
         kb: KernelBackend = select_backend(
-            backend, core_id=core_id,  # type: ignore[arg-type]
-            compile_timeout_s=settings.compile_timeout_s, platform=platform)
+            o.backend, core_id=o.core_id,  # type: ignore[arg-type]
+            compile_timeout_s=settings.compile_timeout_s, platform=o.platform)
     except Exception as exc:  # a missing device or SDK is a user-level failure
-        return _failed(task, name, started, f"kernel backend {backend!r} unavailable: {exc}",
-                       platform=platform)
+        return _failed(task, name, started, f"kernel backend {o.backend!r} unavailable: {exc}",
+                       platform=o.platform)
     # Every result names the generation it was checked for; both backends carry it (on
     # hardware it is the device's own).
-    checked = str(getattr(kb, "platform", platform))
+    checked = str(getattr(kb, "platform", o.platform))
     try:
-        router = make_router(model, settings, bedrock_available)
+        router = make_router(o.model, settings, o.bedrock_available)
     except RouterError as exc:
         return _failed(task, name, started, str(exc), backend=kb.name, hardware=kb.is_hardware,
                        platform=checked)
     try:
         result = await _run(task, name, kb, router, started, stage, settings=settings,
-                            turns=turns, on_turn=on_turn, should_stop=should_stop,
-                            optimize_turns=DEFAULT_OPTIMIZE_TURNS if optimize_turns is None
-                            else optimize_turns)
+                            turns=o.turns, on_turn=o.on_turn, should_stop=o.should_stop,
+                            optimize_turns=DEFAULT_OPTIMIZE_TURNS if o.optimize_turns is None
+                            else o.optimize_turns)
     finally:
         await router.aclose()
     result = result.model_copy(update={"platform": checked})
     if result.status == "verified":
-        result.requirements = requirements.check(result.profile, result.hardware, min_speedup,
-                                                 min_roofline_fraction)
+        result.requirements = requirements.check(result.profile, result.hardware, o.min_speedup,
+                                                 o.min_roofline_fraction)
     # The verdict carries user code's exception text: no secret in it leaves verbatim.
     return redact_model(result)
 

@@ -129,6 +129,7 @@ def _register_convert(server: MCPServer, tools: Tools) -> None:
 
 async def _convert(tools: Tools, ctx: Context, task: Any, target: str, model: str,
                    turns: int | None, platform: str) -> dict[str, Any]:
+    from nkibot.convert.pipeline import ConvertOptions
     from nkibot.convert.pipeline import convert as run_pipeline
     from nkibot.results import TurnRecord
 
@@ -142,9 +143,9 @@ async def _convert(tools: Tools, ctx: Context, task: Any, target: str, model: st
             float(record.turn), total, f"turn {record.turn} [{record.model}]: {verdict}")))
 
     try:
-        result = await run_pipeline(task, settings=tools.settings, model=model, turns=turns,
-                                    on_turn=on_turn, should_stop=lambda: stop, target=target,
-                                    platform=platform)
+        result = await run_pipeline(task, settings=tools.settings, options=ConvertOptions(
+            model=model, turns=turns, on_turn=on_turn, should_stop=lambda: stop, target=target,
+            platform=platform))
     except asyncio.CancelledError:
         stop = True  # the loop's worker threads see it at their next turn boundary
         raise

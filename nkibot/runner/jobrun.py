@@ -188,15 +188,15 @@ def integration(prep: Prepared, result: ConversionResult, root: Path) -> dict[st
 async def run_conversion(task: Task, settings: Settings, job: Job, *, core_id: int | None,
                          on_turn: Callable[..., None], should_stop: Callable[[], bool],
                          on_stage: Callable[[str], None] | None = None) -> ConversionResult:
-    from nkibot.convert.pipeline import convert
+    from nkibot.convert.pipeline import ConvertOptions, convert
 
-    return await convert(
-        task, settings=settings, model=job.options.model or settings.model,
+    return await convert(task, settings=settings, options=ConvertOptions(
+        model=job.options.model or settings.model,
         backend=job.options.backend or settings.backend, turns=job.options.turns,
         on_turn=on_turn, should_stop=should_stop, target=job.target, on_stage=on_stage,
         core_id=core_id, platform=job_platform(job, settings),
         optimize_turns=job.options.optimize_turns, min_speedup=job.options.min_speedup,
-        min_roofline_fraction=job.options.min_roofline_fraction)
+        min_roofline_fraction=job.options.min_roofline_fraction))
 
 
 def job_platform(job: Job, settings: Settings,

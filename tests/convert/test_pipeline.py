@@ -8,7 +8,7 @@ import pytest
 from pydantic import SecretStr
 
 from nkibot.config.settings import Settings
-from nkibot.convert.pipeline import convert, kernel_path
+from nkibot.convert.pipeline import ConvertOptions, convert, kernel_path
 from nkibot.results import TurnRecord
 from nkibot.task import InputSpec, Task
 from tests.convert.agent.episode import GOOD, NUMERIC_BUG, SimTask, sim_task
@@ -40,8 +40,8 @@ class TestConvert:
         seen: list[TurnRecord] = []
         stages: list[str] = []
         result = await convert(sim_task.task, settings=_settings(anthropic_double),
-                               model="claude", backend="sim", on_turn=seen.append,
-                               on_stage=stages.append)
+                               options=ConvertOptions(model="claude", backend="sim",
+                                                      on_turn=seen.append, on_stage=stages.append))
         assert result.status == "verified", result.reasons
         assert (result.backend, result.hardware) == ("sim", False)
         assert result.simulator and result.model == "claude (claude-test)"
@@ -65,7 +65,7 @@ class TestConvert:
         """Out of turns with a compiling kernel: status compiled, reasons say why."""
         anthropic_double.enqueue(tool_reply("verify_kernel", {"code": NUMERIC_BUG}))
         result = await convert(sim_task.task, settings=_settings(anthropic_double),
-                               model="claude", backend="sim", turns=1)
+                               options=ConvertOptions(model="claude", backend="sim", turns=1))
         assert result.status == "compiled" and result.profile is None
         assert result.kernel is not None and result.kernel.source == NUMERIC_BUG
         assert result.reasons[0] == "the best kernel compiled but did not pass verification"
@@ -73,8 +73,8 @@ class TestConvert:
 
     async def test_missing_key_is_a_failed_result(self, sim_task: SimTask) -> None:
         """--model claude without a key fails with the reason instead of raising."""
-        result = await convert(sim_task.task, settings=_settings(), model="claude",
-                               backend="sim")
+        result = await convert(sim_task.task, settings=_settings(),
+                               options=ConvertOptions(model="claude", backend="sim"))
         assert result.status == "failed" and result.backend == "sim"
         assert "ANTHROPIC_API_KEY" in result.reasons[0]
 
@@ -84,16 +84,18 @@ class TestConvert:
                   "        raise ValueError('boom in forward')\n")
         task = Task(reference_source=source, entry_point="Model", source_path="bad.py",
                     inputs=[InputSpec(name="x", shape=(8, 8))])
-        result = await convert(task, settings=_settings(), model="lowering", backend="sim")
+        result = await convert(task, settings=_settings(),
+                               options=ConvertOptions(model="lowering", backend="sim"))
         assert result.status == "failed"
         assert result.reasons[0].startswith("the reference could not be run")
         assert "boom in forward" in result.reasons[0]
 
     async def test_cancelled_before_start(self, sim_task: SimTask) -> None:
         """A job cancelled before it starts never runs the reference or a model."""
-        result = await convert(sim_task.task, settings=_settings(), model="auto",
-                               backend="sim", should_stop=lambda: True,
-                               bedrock_available=False)
+        result = await convert(sim_task.task, settings=_settings(),
+                               options=ConvertOptions(model="auto", backend="sim",
+                                                      should_stop=lambda: True,
+                                                      bedrock_available=False))
         assert result.status == "cancelled" and result.turns == 0
 
 
@@ -128,16 +130,18 @@ def unlowered_task(tmp_path_factory: pytest.TempPathFactory) -> Task:
 class TestAutoRouting:
     async def test_lowering_verifies_a_supported_module(self, sim_task: SimTask) -> None:
         """auto with no credentials: the real lowering converts tanh*2 alone, zero tokens."""
-        result = await convert(sim_task.task, settings=_settings(), model="auto",
-                               backend="sim", bedrock_available=False)
+        result = await convert(sim_task.task, settings=_settings(),
+                               options=ConvertOptions(model="auto", backend="sim",
+                                                      bedrock_available=False))
         assert result.status == "verified", result.reasons
         assert result.model == "lowering" and result.tokens.total == 0
         assert result.kernel is not None and result.kernel.function == "model_kernel"
 
     async def test_only_lowering_available_says_so(self, unlowered_task: Task) -> None:
         """When only the lowering can run and it declines, the result says so plainly."""
-        result = await convert(unlowered_task, settings=_settings(), model="auto", backend="sim",
-                               bedrock_available=False)
+        result = await convert(unlowered_task, settings=_settings(),
+                               options=ConvertOptions(model="auto", backend="sim",
+                                                      bedrock_available=False))
         assert result.status == "declined" and result.kernel is None
         assert result.reasons[0].startswith(
             "only the deterministic lowering was available (no ANTHROPIC_API_KEY or AWS "
@@ -149,8 +153,9 @@ class TestAutoRouting:
         no reference stage, one declined turn, the same reasons."""
         stages: list[str] = []
         turns: list[TurnRecord] = []
-        result = await convert(unlowered_task, settings=_settings(), model="lowering",
-                               backend="sim", on_stage=stages.append, on_turn=turns.append)
+        result = await convert(unlowered_task, settings=_settings(),
+                               options=ConvertOptions(model="lowering", backend="sim",
+                                                      on_stage=stages.append, on_turn=turns.append))
         assert stages == ["backend"] and result.status == "declined"
         assert [(t.turn, t.model) for t in result.transcript] == [(1, "lowering")]
         assert turns == result.transcript and result.turns == 1
@@ -162,8 +167,9 @@ class TestAutoRouting:
     ) -> None:
         """With a key, the lowering's decline is turn 0 and Claude starts from it."""
         anthropic_double.enqueue(tool_reply("verify_kernel", {"code": NUMERIC_BUG}))
-        result = await convert(unlowered_task, settings=_settings(anthropic_double), model="auto",
-                               backend="sim", turns=1, bedrock_available=False)
+        result = await convert(unlowered_task, settings=_settings(anthropic_double),
+                               options=ConvertOptions(model="auto", backend="sim", turns=1,
+                                                      bedrock_available=False))
         assert [(t.turn, t.model) for t in result.transcript] == [(0, "lowering"),
                                                                  (1, "claude-test")]
         assert result.transcript[0].error is not None
@@ -180,3 +186,14 @@ class TestKernelPath:
         task = Task(reference_source="", entry_point="RMSNorm", source_path="examples/rmsnorm.py")
         assert kernel_path(task) == "nki_kernels/rmsnorm_rms_norm_nki.py"
         assert Path(kernel_path(task)).parent == Path("nki_kernels")
+
+
+def test_options_are_one_frozen_value() -> None:
+    """convert() takes the task, the settings and one frozen ConvertOptions, nothing more:
+    the runner, the CLI and MCP build one value instead of spelling out every knob."""
+    import dataclasses
+    import inspect
+
+    assert list(inspect.signature(convert).parameters) == ["task", "settings", "options"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ConvertOptions().model = "claude"  # type: ignore[misc]
