@@ -13,8 +13,11 @@ from nkibot.verify.reference import ReferenceSet
 class KernelBackend(Protocol):
     #: "sim" or "neuron".
     name: str
-    #: True when figures come from a Trn1 device.
+    #: True when figures come from a Trainium device.
     is_hardware: bool
+    #: The Trainium generation (trn1/trn2/trn3) kernels are checked for: the simulator's
+    #: rules, or on hardware the device's own.
+    platform: str
 
     def compile(self, src: str, task: Task) -> CompileResult: ...
 

@@ -105,7 +105,7 @@ async def convert(task: Task, *, settings: Settings,
                        platform=o.platform)
     # Every result names the generation it was checked for; both backends carry it (on
     # hardware it is the device's own).
-    checked = str(getattr(kb, "platform", o.platform))
+    checked = kb.platform
     try:
         router = make_router(o.model, settings, o.bedrock_available)
     except RouterError as exc:
@@ -176,11 +176,10 @@ async def _preflight(router: Router, task: Task,
     made the user wait (tens of seconds for a large convolution) for the same answer.
     """
     backend = router.current
-    preflight = getattr(backend, "preflight", None)
-    if len(router.chain) != 1 or preflight is None:
+    if len(router.chain) != 1:
         return None
     began = time.monotonic()
-    reason = await preflight(task)
+    reason = await backend.preflight(task)
     if reason is None:
         return None
     record = TurnRecord(turn=1, model=backend.name, error=f"declined: {reason}",

@@ -14,6 +14,7 @@ from nkibot.backends.select import BackendUnavailable, select_backend
 class StubSim:
     name = "sim"
     is_hardware = False
+    platform = "trn1"
 
     def compile(self, src: object, task: object) -> object:
         raise NotImplementedError

@@ -85,8 +85,7 @@ async def run(state: _State, backend: KernelBackend, turns: int) -> list[Optimiz
     if turns <= 0 or state.best is None or not state.best.verified or state.best.code is None:
         return []
     current = state.router.current
-    if getattr(current, "deterministic", current.name == "lowering") and not getattr(
-            current, "variants_left", 0):
+    if current.deterministic and not current.variants_left:
         return []  # a deterministic backend with no other tiling would repeat itself
     timed = await _time(backend, state.best.code, state)
     if timed is None:

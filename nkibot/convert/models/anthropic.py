@@ -13,7 +13,14 @@ from anthropic.types import Message as ApiMessage
 from anthropic.types import MessageParam, TextBlockParam, ToolParam
 
 from nkibot.config.settings import Settings
-from nkibot.convert.models.base import TOOL_SPECS, Conversation, Message, ModelReply, ToolCall
+from nkibot.convert.models.base import (
+    TOOL_SPECS,
+    Conversation,
+    Message,
+    ModelBackendBase,
+    ModelReply,
+    ToolCall,
+)
 from nkibot.results import TokenUsage
 
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
@@ -86,7 +93,7 @@ def reply_of(message: ApiMessage) -> ModelReply:
                       model=message.model)
 
 
-class AnthropicBackend:
+class AnthropicBackend(ModelBackendBase):
     """A ModelBackend over the Messages API (`name` "claude")."""
 
     name = "claude"
@@ -95,7 +102,6 @@ class AnthropicBackend:
                  max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS) -> None:
         key = settings.anthropic_api_key
         self.model = settings.anthropic_model
-        self.label = f"claude ({self.model})"
         self.max_output_tokens = max_output_tokens
         self._client = client or AsyncAnthropic(
             api_key=key.get_secret_value() if key is not None else None,
@@ -103,6 +109,10 @@ class AnthropicBackend:
             timeout=settings.anthropic_timeout_s,
             max_retries=settings.anthropic_max_retries,
         )
+
+    @property
+    def label(self) -> str:
+        return f"claude ({self.model})"
 
     async def turn(self, conversation: Conversation) -> ModelReply:
         message = await self._client.messages.create(

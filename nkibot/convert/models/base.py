@@ -83,6 +83,55 @@ class ModelReply(BaseModel):
 
 @runtime_checkable
 class ModelBackend(Protocol):
+    """One model seam. Every capability a caller may ask about is declared here; a backend
+    that has nothing special to say inherits `ModelBackendBase`'s defaults."""
+
     name: str
 
+    @property
+    def label(self) -> str:
+        """How results name it, e.g. "claude (claude-opus-4-5)"."""
+        ...
+
+    @property
+    def deterministic(self) -> bool:
+        """Asked again it would only repeat itself: one failed turn hands over."""
+        ...
+
+    @property
+    def variants_left(self) -> int:
+        """Other kernels it can still offer in the optimize phase (deterministic ones)."""
+        ...
+
     async def turn(self, conversation: Conversation) -> ModelReply: ...
+
+    async def preflight(self, task: Task) -> str | None:
+        """A decline's reason known before the reference runs, or None."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release its clients (HTTP connections)."""
+        ...
+
+
+class ModelBackendBase:
+    """The defaults: named by `name`, not deterministic, no variants, no preflight decline,
+    nothing to close. A transport implements `name` and `turn` and overrides the rest only
+    where it differs."""
+
+    name: str = "model"
+    deterministic: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+    @property
+    def variants_left(self) -> int:
+        return 0
+
+    async def preflight(self, task: Task) -> str | None:
+        return None
+
+    async def aclose(self) -> None:
+        return None

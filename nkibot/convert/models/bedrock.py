@@ -12,7 +12,14 @@ from typing import Any, Protocol, cast
 import boto3
 
 from nkibot.config.settings import Settings
-from nkibot.convert.models.base import TOOL_SPECS, Conversation, Message, ModelReply, ToolCall
+from nkibot.convert.models.base import (
+    TOOL_SPECS,
+    Conversation,
+    Message,
+    ModelBackendBase,
+    ModelReply,
+    ToolCall,
+)
 from nkibot.results import TokenUsage
 
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
@@ -92,7 +99,7 @@ def bedrock_available(settings: Settings) -> bool:
     return session.get_credentials() is not None and region is not None
 
 
-class BedrockBackend:
+class BedrockBackend(ModelBackendBase):
     """A ModelBackend over Bedrock `converse` (`name` "bedrock")."""
 
     name = "bedrock"
@@ -100,10 +107,13 @@ class BedrockBackend:
     def __init__(self, settings: Settings, *, client: ConverseClient | None = None,
                  max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS) -> None:
         self.model_id = settings.bedrock_model_id
-        self.label = f"bedrock ({self.model_id})"
         self.max_output_tokens = max_output_tokens
         self._client = client or cast(
             ConverseClient, boto3.client("bedrock-runtime", region_name=settings.aws_region))
+
+    @property
+    def label(self) -> str:
+        return f"bedrock ({self.model_id})"
 
     async def turn(self, conversation: Conversation) -> ModelReply:
         request = converse_request(conversation, model_id=self.model_id,

@@ -22,11 +22,6 @@ Decision = Literal["continue", "escalate", "stop"]
 NO_CREDENTIALS = "no ANTHROPIC_API_KEY or AWS credentials"
 
 
-def label(backend: ModelBackend) -> str:
-    """How results name a backend: its `label` (e.g. "claude (claude-opus-4-5)") or name."""
-    return str(getattr(backend, "label", backend.name))
-
-
 class RouterError(Exception):
     """The requested model cannot run here; the message says what is missing."""
 
@@ -46,7 +41,7 @@ class Router:
     def __post_init__(self) -> None:
         if not self.chain:
             raise RouterError("no model backend available")
-        self.history.append(label(self.chain[0]))
+        self.history.append(self.chain[0].label)
 
     @property
     def current(self) -> ModelBackend:
@@ -62,8 +57,7 @@ class Router:
         return not self.is_last
 
     def _limit(self) -> int:
-        deterministic = getattr(self.current, "deterministic", self.current.name == "lowering")
-        return 1 if deterministic else self.escalate_after
+        return 1 if self.current.deterministic else self.escalate_after
 
     def after_turn(self, *, verified: bool, declined: bool = False, broken: bool = False
                    ) -> Decision:
@@ -80,15 +74,13 @@ class Router:
             return "stop" if (declined or broken or deterministic) else "continue"
         self._index += 1
         self._failures = 0
-        self.history.append(label(self.current))
+        self.history.append(self.current.label)
         return "escalate"
 
     async def aclose(self) -> None:
-        """Close the backends' HTTP clients (those that have one)."""
+        """Close the backends' HTTP clients (a backend without one closes nothing)."""
         for backend in self.chain:
-            close = getattr(backend, "aclose", None)
-            if close is not None:
-                await close()
+            await backend.aclose()
 
     def models_used(self) -> str:
         return " -> ".join(dict.fromkeys(self.history))

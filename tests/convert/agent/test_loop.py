@@ -10,7 +10,7 @@ from typing import Any
 from nkibot.config.settings import Settings
 from nkibot.convert.agent.loop import NUDGE, run_loop
 from nkibot.convert.models.anthropic import AnthropicBackend
-from nkibot.convert.models.base import Conversation, ModelReply, ToolCall
+from nkibot.convert.models.base import Conversation, ModelBackendBase, ModelReply, ToolCall
 from nkibot.convert.models.router import Router
 from nkibot.results import TurnRecord
 from tests.convert.agent.episode import (
@@ -234,10 +234,11 @@ class TestBudgets:
         assert "no scripted reply left" in outcome.reasons[0]
 
 
-class BrokenLowering:
+class BrokenLowering(ModelBackendBase):
     """A stand-in for the lowering's model seam: one deterministic (wrong) kernel."""
 
     name = "lowering"
+    deterministic = True
 
     def __init__(self, code: str) -> None:
         self.code = code

@@ -6,15 +6,17 @@ import pytest
 from pydantic import SecretStr
 
 from nkibot.config.settings import Settings
-from nkibot.convert.models.base import Conversation, ModelBackend, ModelReply
+from nkibot.convert.models.base import Conversation, ModelBackend, ModelBackendBase, ModelReply
 from nkibot.convert.models.router import Router, RouterError, build_router
 
 
-class Named:
-    """A model seam stand-in that only has a name; routing never calls turn()."""
+class Named(ModelBackendBase):
+    """A model seam stand-in with a name and declared determinism; routing never calls
+    turn(). Only the backend named "lowering" is deterministic here, as in the real chain."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, deterministic: bool | None = None) -> None:
         self.name = name
+        self.deterministic = name == "lowering" if deterministic is None else deterministic
 
     async def turn(self, conversation: Conversation) -> ModelReply:
         raise AssertionError("routing decisions must not call the model")
@@ -103,3 +105,38 @@ class TestEscalation:
         """An API failure of the last backend, or a lone lowering's failure, stops the loop."""
         assert Router([Named("claude")]).after_turn(verified=False, broken=True) == "stop"
         assert Router([Named("lowering")]).after_turn(verified=False) == "stop"
+
+
+class TestDeclaredCapabilities:
+    def test_determinism_is_declared_not_guessed_from_the_name(self) -> None:
+        """The router reads `deterministic`, never the name: a deterministic backend of any
+        name hands over after one failure, and one called "lowering" that says it is not
+        deterministic gets the usual two."""
+        router = Router([Named("cheap", deterministic=True), Named("claude")])
+        assert router.after_turn(verified=False) == "escalate"
+        router = Router([Named("lowering", deterministic=False), Named("claude")])
+        assert router.after_turn(verified=False) == "continue"
+        assert router.after_turn(verified=False) == "escalate"
+
+    async def test_base_defaults_satisfy_the_protocol(self) -> None:
+        """A transport that implements only `name` and `turn` has every capability."""
+        backend = Named("plain")
+        assert isinstance(backend, ModelBackend)
+        assert (backend.label, backend.deterministic, backend.variants_left) == ("plain", False,
+                                                                                0)
+        assert await backend.preflight(None) is None  # type: ignore[arg-type]
+        await Router([backend]).aclose()
+
+    def test_no_capability_is_probed(self) -> None:
+        """No caller asks a backend with getattr whether it has a capability."""
+        from pathlib import Path
+
+        import nkibot
+
+        root = Path(nkibot.__file__).parent
+        probes = ("deterministic", "variants_left", "label", "aclose", "preflight", "platform")
+        found = [f"{path.relative_to(root)}: {line.strip()}"
+                 for path in root.rglob("*.py")
+                 for line in path.read_text("utf-8").splitlines()
+                 if "getattr(" in line and any(f'"{p}"' in line for p in probes)]
+        assert found == []

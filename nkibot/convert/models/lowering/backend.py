@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import Callable
 
-from nkibot.convert.models.base import Conversation, ModelReply, ToolCall
+from nkibot.convert.models.base import Conversation, ModelBackendBase, ModelReply, ToolCall
 from nkibot.convert.models.lowering.plan import Declined, Lowered, Variant
 from nkibot.task import Task
 from nkibot.verify.sandbox import python_module_argv, run_sandboxed
@@ -58,7 +58,7 @@ def _feedback(conversation: Conversation) -> str:
         conversation.last_feedback or "").strip() else ""
 
 
-class LoweringBackend:
+class LoweringBackend(ModelBackendBase):
     """First turn: the lowered kernel with a verify_kernel call. Later turns (the optimize
     phase, after it verified): its other tilings one by one, then decline."""
 
