@@ -9,16 +9,12 @@ verifies again and is faster; the chain (turn, time, change, kept) goes to the r
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import TYPE_CHECKING
 
 from nkibot.backends.base import KernelBackend
+from nkibot.convert.agent.session import Session
 from nkibot.convert.agent.tools import ToolOutcome
 from nkibot.convert.models.base import Message
 from nkibot.results import OptimizeStep, ProfileResult
-
-if TYPE_CHECKING:
-    from nkibot.convert.agent.loop import _State
 
 
 def timing(profile: ProfileResult) -> tuple[float, str] | None:
@@ -57,7 +53,7 @@ def ask(time_us: float, source: str, profile: ProfileResult, last: str) -> str:
             "with the complete kernel file. A kernel is kept only if it verifies and is faster.")
 
 
-async def _time(backend: KernelBackend, code: str, state: _State
+async def _time(backend: KernelBackend, code: str, state: Session
                 ) -> tuple[float, str, ProfileResult] | None:
     try:
         profile = await asyncio.to_thread(backend.profile, code, state.task)
@@ -78,10 +74,8 @@ def _verified(outcomes: list[ToolOutcome]) -> ToolOutcome | None:
     return next((o for o in reversed(outcomes) if o.code is not None and o.verified), None)
 
 
-async def run(state: _State, backend: KernelBackend, turns: int) -> list[OptimizeStep]:
+async def run(state: Session, backend: KernelBackend, turns: int) -> list[OptimizeStep]:
     """Up to `turns` optimize turns from the verified `state.best`; the chain they made."""
-    from nkibot.convert.agent import loop
-
     if turns <= 0 or state.best is None or not state.best.verified or state.best.code is None:
         return []
     current = state.router.current
@@ -95,13 +89,13 @@ async def run(state: _State, backend: KernelBackend, turns: int) -> list[Optimiz
                           change="first verified kernel", kept=True)]
     note = ""
     for _ in range(turns):
-        if loop.optimize_stop(state):
+        if state.optimize_stop():
             break
         _append_user(state, ask(best_us, source, profile, note))
-        turn = loop._Turn(number=state.budget_turns + 1, precursor=False,
-                          started=time.monotonic())
+        # Optimize turns are numbered and counted even when a precursor found the kernel.
+        turn = state.begin_turn(precursor=False)
         try:
-            reply = await loop._ask(state)
+            reply = await state.ask()
         except Exception:  # the phase is optional: a failing model ends it, result kept
             break
         if reply.declined:  # nothing more to offer (e.g. the lowering's variants are spent)
@@ -110,10 +104,10 @@ async def run(state: _State, backend: KernelBackend, turns: int) -> list[Optimiz
         state.conversation.messages.append(
             Message(role="assistant", text=reply.text, tool_calls=reply.tool_calls))
         kept_best = state.best
-        outcomes, answer = await loop._execute(state, reply)
+        outcomes, answer = await state.execute(reply)
         state.best = kept_best  # only a faster verified kernel replaces it, below
         state.conversation.messages.append(answer)
-        loop._finish_turn(state, turn, reply, outcomes)
+        state.finish_turn(turn, reply, outcomes)
         step, note, new = await _judge(state, backend, outcomes, best_us, reply.text)
         chain.append(step)
         if new is not None:
@@ -121,7 +115,7 @@ async def run(state: _State, backend: KernelBackend, turns: int) -> list[Optimiz
     return chain
 
 
-async def _judge(state: _State, backend: KernelBackend, outcomes: list[ToolOutcome],
+async def _judge(state: Session, backend: KernelBackend, outcomes: list[ToolOutcome],
                  best_us: float, text: str
                  ) -> tuple[OptimizeStep, str, tuple[ToolOutcome, float, str,
                                                      ProfileResult] | None]:
@@ -145,7 +139,7 @@ async def _judge(state: _State, backend: KernelBackend, outcomes: list[ToolOutco
         cand, us, source, profile)
 
 
-def _append_user(state: _State, text: str) -> None:
+def _append_user(state: Session, text: str) -> None:
     """Add to the last user message (the tool results), keeping roles alternating."""
     messages = state.conversation.messages
     if messages and messages[-1].role == "user":

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from nkibot.config.settings import Settings
-from nkibot.convert.agent.loop import NUDGE, run_loop
+from nkibot.convert.agent.loop import run_loop
+from nkibot.convert.agent.session import NUDGE
 from nkibot.convert.models.anthropic import AnthropicBackend
 from nkibot.convert.models.base import Conversation, ModelBackendBase, ModelReply, ToolCall
 from nkibot.convert.models.router import Router
