@@ -10,7 +10,7 @@ import json
 import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -18,7 +18,11 @@ from nkibot.backends.neuron import devices
 from nkibot.backends.neuron.devices import NeuronDevice
 from nkibot.config.platform import describe_platform, resolve_platform
 from nkibot.config.settings import Settings
+from nkibot.jobs.queue import DeadLetter, DeadLetterReport
 from nkibot.verify.isolation import Isolation
+
+if TYPE_CHECKING:
+    from nkibot.jobs.factory import QueueName
 
 Role = Literal["service", "runner", "local"]
 Status = Literal["ok", "warn", "fail"]
@@ -36,6 +40,13 @@ def _queue_depth(settings: Settings) -> int:
     from nkibot.jobs.factory import open_named_queue
 
     return open_named_queue("jobs", settings).depth()
+
+
+def _dead_letters(settings: Settings, name: QueueName) -> tuple[int, list[DeadLetter]] | None:
+    from nkibot.jobs.factory import open_named_queue
+
+    queue = open_named_queue(name, settings)
+    return queue.dead_report() if isinstance(queue, DeadLetterReport) else None
 
 
 def _aws_credentials() -> bool:
@@ -56,6 +67,8 @@ class Probes:
     neuron_devices: Callable[[], list[NeuronDevice]] = devices.list_devices
     official_nki: Callable[[], bool] = devices.official_nki_available
     queue_depth: Callable[[Settings], int] = _queue_depth
+    dead_letters: Callable[[Settings, QueueName], tuple[int, list[DeadLetter]] | None] = (
+        _dead_letters)
     aws_credentials: Callable[[], bool] = _aws_credentials
     isolation: Callable[[Settings], Isolation] = _isolation
     python: str = field(default_factory=platform.python_version)
@@ -91,6 +104,28 @@ def check_queue(settings: Settings, depth: Callable[[Settings], int], role: Role
         return Check("queue", status, f"unreachable: {type(exc).__name__}: {exc}",
                      "check NKIBOT_QUEUE_URL / NKIBOT_JOBS_QUEUE_URL and AWS credentials")
     return Check("queue", "ok", f"reachable, {n} jobs queued")
+
+
+def check_dead_letters(settings: Settings, role: Role,
+                       report: Callable[[Settings, QueueName], tuple[int, list[DeadLetter]] | None],
+                       ) -> Check:
+    """Items that used up their attempts, with the newest one's cause (kept in its row)."""
+    name: QueueName = "inbox" if role == "service" else "jobs"
+    try:
+        found = report(settings, name)
+    except Exception as exc:  # the queue check above says why; this one just can't tell
+        return Check(f"{name} dead letters", "warn", f"not read: {type(exc).__name__}")
+    if found is None:
+        return Check(f"{name} dead letters", "ok",
+                     "kept by SQS's dead-letter queue (its alarm reports them)")
+    count, newest = found
+    if count == 0:
+        return Check(f"{name} dead letters", "ok", "none")
+    last = newest[0]
+    return Check(f"{name} dead letters", "warn",
+                 f"{count} dead; newest {last.item_id}: {last.reason}",
+                 "fix the cause, then redeliver from the App's Advanced page "
+                 "(the log's 'dead-lettered' line has the stack)")
 
 
 def check_github_app(settings: Settings, role: Role) -> Check:
@@ -165,6 +200,8 @@ def run_checks(settings: Settings, role: Role, probes: Probes) -> list[Check]:
     ]
     if role != "local" or settings.queue_url.startswith("sqs://"):
         checks.append(check_queue(settings, probes.queue_depth, role))
+    if role != "local":
+        checks.append(check_dead_letters(settings, role, probes.dead_letters))
     checks += [
         check_github_app(settings, role),
         check_webhook_secret(settings, role),
@@ -194,7 +231,8 @@ def doctor(
 
         table = Table(title=f"nkibot doctor (role: {role})")
         for column in ("check", "status", "detail", "fix"):
-            table.add_column(column)
+            # Fold, never cut: a fix is a command or a URL to copy whole.
+            table.add_column(column, overflow="fold")
         colour = {"ok": "green", "warn": "yellow", "fail": "red"}
         for c in checks:
             table.add_row(c.name, f"[{colour[c.status]}]{c.status}[/]", c.detail, c.fix or "")

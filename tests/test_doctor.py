@@ -14,6 +14,7 @@ from nkibot.backends.neuron.devices import NeuronDevice
 from nkibot.cli import app
 from nkibot.config.settings import Settings
 from nkibot.doctor import Probes, exit_code, run_checks
+from nkibot.jobs.sqlite import SqliteQueue
 from nkibot.verify.isolation import Isolation
 
 PEM = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
@@ -165,3 +166,32 @@ class TestGeneration:
         assert check.status == "warn"
         assert check.detail.startswith("trn3 (NeuronCore-v4) (NKIBOT_TARGET")
         assert "trn3 instance" in (check.fix or "")
+
+
+class TestTable:
+    def test_fix_column_wraps_at_80_columns(self, monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        """The fix column folds long URLs and commands onto more lines; nothing is cut."""
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("COLUMNS", "80")
+        out = CliRunner().invoke(app, ["doctor", "--role", "runner"]).output
+        assert "…" not in out
+        fix_cells = "".join(line.split("│")[-2].strip() for line in out.splitlines()
+                            if line.count("│") == 5)
+        # Cells joined line by line: a folded URL reads whole again.
+        assert "https://pip.repos.neuron.amazonaws.com" in fix_cells
+
+
+class TestDeadLetters:
+    def test_newest_cause_is_shown(self, tmp_path: Path) -> None:
+        """A dead inbox row's cause, stored by the queue, is in the service's report."""
+        queue = SqliteQueue(tmp_path / "q.db", "inbox", max_attempts=1)
+        queue.put(b"{}", "delivery-1")
+        lease = queue.lease(10)
+        assert lease is not None
+        queue.nack(lease, 0.0, "RequestFailed: Response(404 Not Found)")
+        probes = _probes(hardware=False)
+        probes.dead_letters = lambda _s, name: queue.dead_report() if name == "inbox" else None
+        check = _by_name(run_checks(_settings(), "service", probes))["inbox dead letters"]
+        assert check.status == "warn"
+        assert check.detail == ("1 dead; newest delivery-1: failed 1 times: "
+                                "RequestFailed: Response(404 Not Found)")

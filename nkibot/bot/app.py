@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from nkibot.bot.delivery import STORED_EVENTS, Delivery, Refusal, check
 from nkibot.bot.group_commit import GroupCommit
 from nkibot.bot.metrics import Metrics
+from nkibot.bot.readiness import GitHubCheck, readiness
 from nkibot.config.settings import Settings
 from nkibot.jobs.factory import open_job_state, open_named_queue
 from nkibot.jobs.queue import BatchPut, Closeable, Queue
@@ -121,18 +122,21 @@ async def _store(inbox: Inbox, delivery: Delivery, metrics: Metrics) -> Response
                     status_code=202, media_type="application/json")
 
 
-def _add_probes(app: FastAPI, queue: Queue, metrics: Metrics) -> None:
+def _add_probes(app: FastAPI, settings: Settings, queue: Queue, metrics: Metrics) -> None:
+    github = GitHubCheck(settings)
+
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
+        """Liveness only: the process answers. Readiness is /readyz."""
         return {"status": "ok"}
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         try:
-            depth = await run_in_threadpool(queue.depth)
+            status, body = await readiness(settings, queue, github)
         except Exception as exc:
             return _answer(503, f"queue unreachable: {type(exc).__name__}")
-        return JSONResponse({"status": "ready", "inbox_depth": depth})
+        return JSONResponse(body, status_code=status)
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:
@@ -153,7 +157,7 @@ def create_app(settings: Settings, inbox: Queue | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.inbox = queue
     app.add_exception_handler(Exception, lambda _request, exc: _our_failure(exc))
-    _add_probes(app, queue, metrics)
+    _add_probes(app, settings, queue, metrics)
 
     @app.post("/webhook")
     async def webhook(request: Request) -> Response:

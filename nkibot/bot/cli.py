@@ -36,14 +36,29 @@ def serve(
         bool | None, typer.Option(help="run the dispatcher in-process (default: settings)")
     ] = None,
 ) -> None:
-    """Serve POST /webhook, /healthz, /readyz and /metrics with uvicorn."""
+    """Serve POST /webhook, /healthz, /readyz and /metrics with uvicorn.
+
+    With the dispatcher in-process it needs the App's id and key, and refuses to start
+    without them (every delivery would fail); `--no-dispatcher` stores deliveries for a
+    `nkibot dispatch` that has them.
+    """
+    import structlog
     import uvicorn
 
     from nkibot.bot.app import create_app
+    from nkibot.bot.readiness import startup_fields
+    from nkibot.github.reach import missing_credentials
 
     settings = _settings()
     if dispatcher is not None:
         settings = settings.model_copy(update={"dispatcher_enabled": dispatcher})
+    missing = missing_credentials(settings)
+    if missing is not None and settings.dispatcher_enabled:
+        typer.echo(f"nkibot serve: {missing}. To only store deliveries for a `nkibot dispatch` "
+                   "that has them, pass --no-dispatcher.", err=True)
+        raise typer.Exit(2)
+    structlog.get_logger("nkibot.serve").info("nkibot serve starting",
+                                              **startup_fields(settings, host, port))
     app = create_app(settings)
     _tune_gc()
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,

@@ -27,12 +27,15 @@ from nkibot.handlers import Decision, Incoming, Policy, decide, read_event, scre
 from nkibot.jobs.model import Job
 from nkibot.jobs.queue import Lease, Purgeable, Queue
 from nkibot.jobs.state import JobStateStore
+from nkibot.redact import redact
 
 log = structlog.get_logger("nkibot.dispatcher")
 INBOX_LEASE_S = 120.0
 #: GitHub redelivers on request for a few days; keep delivery ids that long to dedupe.
 KEEP_DONE_S = 7 * 24 * 3600.0
 PURGE_EVERY_S = 3600.0
+#: A dead row's cause is read in a table cell and a probe's JSON: the first line of it.
+MAX_CAUSE_CHARS = 500
 GatewayFactory = Callable[[int], GitHubGateway]
 
 
@@ -96,15 +99,27 @@ class Dispatcher:
         start = time.monotonic()
         try:
             await self.process(lease)
-        except Exception:
-            delay = min(300.0, 2.0 ** lease.attempt)
-            log.exception("delivery failed; it will be retried", item=lease.item_id,
-                          attempt=lease.attempt, retry_in_s=delay)
-            await anyio.to_thread.run_sync(self.inbox.nack, lease, delay)
+        except Exception as exc:
+            await self._failed(lease, exc)
             return True
         await anyio.to_thread.run_sync(self.inbox.ack, lease)
         self.metrics.dispatch_seconds.observe(time.monotonic() - start)
         return True
+
+    async def _failed(self, lease: Lease, exc: Exception) -> None:
+        """Nack with the cause; on the last attempt say so (no retry is promised) and the
+        queue keeps the cause in its dead row for `nkibot doctor` and `/readyz`."""
+        cause = redact(f"{type(exc).__name__}: {exc}")[:MAX_CAUSE_CHARS]
+        if lease.attempt >= self.settings.max_attempts:
+            log.error("delivery dead-lettered: it will not be retried", item=lease.item_id,
+                      attempts=lease.attempt, cause=cause, exc_info=exc)
+            await anyio.to_thread.run_sync(self.inbox.nack, lease, 0.0, cause)
+            return
+        delay = min(300.0, 2.0 ** lease.attempt)
+        log.error("delivery failed; it will be retried", item=lease.item_id,
+                  attempt=lease.attempt, of=self.settings.max_attempts, retry_in_s=delay,
+                  cause=cause, exc_info=exc)
+        await anyio.to_thread.run_sync(self.inbox.nack, lease, delay, cause)
 
     async def process(self, lease: Lease) -> Decision:
         delivery = Delivery.decode(lease.body)

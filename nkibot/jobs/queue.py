@@ -34,8 +34,12 @@ class Queue(Protocol):
 
     def ack(self, lease: Lease) -> None: ...
 
-    def nack(self, lease: Lease, delay: float = 0.0) -> None:
-        """The attempt failed: retry after `delay`; counts toward the dead-letter limit."""
+    def nack(self, lease: Lease, delay: float = 0.0, reason: str = "") -> None:
+        """The attempt failed: retry after `delay`; counts toward the dead-letter limit.
+
+        `reason`: why it failed, kept with the item if this attempt was its last (SQLite's
+        dead row; SQS's dead-letter queue keeps no reason, the dead-letter log line does).
+        """
         ...
 
     def release(self, lease: Lease, delay: float = 0.0) -> None:
@@ -84,4 +88,12 @@ class DeadLetter:
 class DeadLetterSource(Protocol):
     def dead_letters(self) -> list[DeadLetter]:
         """Items that will not be delivered again, oldest first (SQS: a peek of up to 10)."""
+        ...
+
+
+@runtime_checkable
+class DeadLetterReport(Protocol):
+    def dead_report(self, newest: int = 3) -> tuple[int, list[DeadLetter]]:
+        """How many items are dead, and the newest `newest` of them without their bodies:
+        cheap enough for a readiness probe and `nkibot doctor`."""
         ...

@@ -141,7 +141,7 @@ class SqliteQueue:
                 (lease.item_id, lease.token),
             )
 
-    def nack(self, lease: Lease, delay: float = 0.0) -> None:
+    def nack(self, lease: Lease, delay: float = 0.0, reason: str = "") -> None:
         with self._tx() as cur:
             row = cur.execute(
                 f"SELECT seq, attempts FROM {self._table} WHERE key=? AND token=?",  # noqa: S608
@@ -151,7 +151,8 @@ class SqliteQueue:
                 return
             seq, attempts = row
             if attempts >= self.max_attempts:
-                self._bury(cur, seq, f"failed {attempts} times")
+                cause = f": {reason}" if reason else ""
+                self._bury(cur, seq, f"failed {attempts} times{cause}")
                 return
             cur.execute(
                 f"UPDATE {self._table} SET token=NULL, visible_at=? WHERE seq=?",  # noqa: S608
@@ -193,6 +194,17 @@ class SqliteQueue:
                 " WHERE state='dead' ORDER BY seq"
             ).fetchall()
         return [DeadLetter(k, bytes(b), int(a), str(r or "")) for k, b, a, r in rows]
+
+    def dead_report(self, newest: int = 3) -> tuple[int, list[DeadLetter]]:
+        with self._lock:
+            (count,) = self._conn.execute(
+                f"SELECT COUNT(*) FROM {self._table} WHERE state='dead'"  # noqa: S608
+            ).fetchone()
+            rows = self._conn.execute(
+                f"SELECT key, attempts, reason FROM {self._table}"  # noqa: S608
+                " WHERE state='dead' ORDER BY seq DESC LIMIT ?", (newest,)
+            ).fetchall()
+        return int(count), [DeadLetter(k, b"", int(a), str(r or "")) for k, a, r in rows]
 
     def purge_done(self, older_than_s: float) -> int:
         """Forget acked items older than `older_than_s` (their keys stop deduplicating)."""

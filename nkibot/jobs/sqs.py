@@ -94,7 +94,8 @@ class SqsQueue:
     def ack(self, lease: Lease) -> None:
         self.client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=lease.token)
 
-    def nack(self, lease: Lease, delay: float = 0.0) -> None:
+    def nack(self, lease: Lease, delay: float = 0.0, reason: str = "") -> None:
+        """`reason` is not kept: the redrive policy moves the message as it is."""
         self._visibility(lease, delay)
 
     def release(self, lease: Lease, delay: float = 0.0) -> None:
