@@ -23,7 +23,7 @@ from nkibot.github.client import installation_client
 from nkibot.github.dashboard import update_rows
 from nkibot.github.facts import gather
 from nkibot.github.gateway import GitHubGateway, check_run_name, hidden_marker
-from nkibot.handlers import Decision, Incoming, Policy, decide, read_event, screen
+from nkibot.handlers import Decision, Incoming, Policy, decide, owns, read_event, screen
 from nkibot.jobs.model import Job
 from nkibot.jobs.queue import Lease, Purgeable, Queue
 from nkibot.jobs.state import JobStateStore
@@ -161,7 +161,7 @@ class Dispatcher:
         for job in decision.jobs:
             await self.enqueue(gw, job)
         for job_id in decision.cancel:
-            await self.cancel(gw, job_id)
+            await self.cancel(gw, inc, job_id)
         if decision.dashboard is not None:
             change = decision.dashboard
             await update_rows(gw, inc.repo, change.issue_number, change.updates)
@@ -173,6 +173,13 @@ class Dispatcher:
             await self.reply(gw, inc, decision.kind, decision.reply)
 
     async def enqueue(self, gw: GitHubGateway, job: Job) -> None:
+        status = await anyio.to_thread.run_sync(self.state.status, job.id)
+        if status not in (None, "queued"):
+            # The same signed event again (a replay past the inbox's memory): this job
+            # already ran. A job recorded but still queued is put again, since a crash
+            # may have come between the record and the put; the queue dedupes it.
+            log.warning("job already ran; not enqueued again", job=job.id, status=status)
+            return
         name = check_run_name(job.target)
         run_id = await gw.find_check_run(job.repo, job.sha, name, job.id)
         if run_id is None:
@@ -183,9 +190,15 @@ class Dispatcher:
         if await anyio.to_thread.run_sync(self.jobs.put, job.model_dump_json().encode(), job.id):
             self.metrics.jobs_enqueued.inc()
 
-    async def cancel(self, gw: GitHubGateway, job_id: str) -> None:
-        await anyio.to_thread.run_sync(self.state.mark_cancelled, job_id)
+    async def cancel(self, gw: GitHubGateway, inc: Incoming, job_id: str) -> None:
         job = await anyio.to_thread.run_sync(self.state.get, job_id)
+        if job is None or not owns(inc, job):
+            # A job id can come from text anyone may write (a dashboard's hidden state):
+            # only a job of the event's own installation and repository is touched.
+            log.warning("cancel refused: the job is not this repository's", job=job_id,
+                        repo=inc.repo, installation=inc.installation_id)
+            return
+        await anyio.to_thread.run_sync(self.state.mark_cancelled, job_id)
         status = await anyio.to_thread.run_sync(self.state.status, job_id)
         # A queued job's check run is closed here; a running one is closed by its runner.
         if job is not None and job.check_run_id is not None and status == "queued":
@@ -196,4 +209,4 @@ class Dispatcher:
             log.info("no thread to reply on", delivery=inc.delivery_id, kind=kind)
             return
         await gw.comment_once(inc.repo, inc.issue_number, text,
-                              hidden_marker("delivery", inc.delivery_id, kind))
+                              hidden_marker("delivery", inc.identity, kind))

@@ -9,7 +9,7 @@ import anyio
 from nkibot.config.repo import RepoConfig, load_repo_config
 from nkibot.github.gateway import GitHubGateway
 from nkibot.handlers.decide import Needs
-from nkibot.handlers.decision import Facts, Policy
+from nkibot.handlers.decision import Facts, Policy, owns
 from nkibot.handlers.events import Incoming
 from nkibot.handlers.policy import may_trigger, required_permission
 from nkibot.jobs.model import Job
@@ -37,7 +37,8 @@ async def gather(gw: GitHubGateway, inc: Incoming, needs: Needs, policy: Policy,
     if needs.suite_jobs and inc.head_sha:
         jobs = [j for j in await anyio.to_thread.run_sync(state.find, inc.repo)
                 if j.sha == inc.head_sha]
-    return dataclasses.replace(facts, jobs=tuple(jobs))
+    # Only the event's own installation's jobs in its own repository are facts about it.
+    return dataclasses.replace(facts, jobs=tuple(j for j in jobs if owns(inc, j)))
 
 
 async def _with_sha(gw: GitHubGateway, inc: Incoming, facts: Facts) -> Facts:

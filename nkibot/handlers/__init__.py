@@ -3,7 +3,7 @@
 from nkibot.config.targets import TargetError, parse_shape, validate_target
 from nkibot.handlers.commands import Command, CommandError, parse_comment
 from nkibot.handlers.decide import Needs, decide, screen
-from nkibot.handlers.decision import Decision, Facts, Policy, ignore
+from nkibot.handlers.decision import Decision, Facts, Policy, ignore, owns
 from nkibot.handlers.events import Incoming
 from nkibot.handlers.intake import read_event
 
@@ -18,6 +18,7 @@ __all__ = [
     "TargetError",
     "decide",
     "ignore",
+    "owns",
     "parse_comment",
     "parse_shape",
     "read_event",

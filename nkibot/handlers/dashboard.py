@@ -140,11 +140,23 @@ def render_section(board: Board) -> str:
     return "\n".join([START, head, "", *lines, "", state, END])
 
 
+#: The type each hidden-state field must have; anything else reads as the field's default.
+_ROW_TYPES: dict[str, type | tuple[type, ...]] = {
+    "target": str, "kind": str, "shapes_from": str, "lowering": bool, "calls": int,
+    "op_count": int, "reference": str, "status": str, "job_id": str, "detail": str,
+    "check_run_url": str, "pr_url": str, "time": str, "time_us": (int, float),
+}
+
+
 def _row(data: dict[str, object]) -> Row:
-    known = {f.name for f in fields(Row)}
-    values: dict[str, Any] = {k: v for k, v in data.items() if k in known}
+    """One row of the hidden state, which anyone who can edit the issue can write: a value
+    of the wrong type is dropped here, not left to fail later in rendering or ordering."""
+    values: dict[str, Any] = {k: v for k, v in data.items()
+                              if k in _ROW_TYPES and isinstance(v, _ROW_TYPES[k])
+                              and not (k != "lowering" and isinstance(v, bool))}
     for name in ("shapes", "no_backend"):
-        values[name] = tuple(str(v) for v in values.get(name) or ())
+        raw = data.get(name)
+        values[name] = tuple(str(v) for v in raw) if isinstance(raw, list) else ()
     return Row(**values)
 
 

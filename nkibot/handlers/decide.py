@@ -58,7 +58,8 @@ def screen(inc: Incoming, policy: Policy) -> Decision | Needs:
     if inc.kind == "issue_edit":
         if not screen_edit(inc):
             return ignore("issue edit that changes no dashboard box")
-        return Needs(sha=True, config=True)
+        # The issue's recorded jobs: an untick cancels only a job found there.
+        return Needs(sha=True, config=True, issue_jobs=True)
     if inc.kind == "label":
         if inc.action != "labeled":
             return ignore(f"action {inc.event}.{inc.action} is not acted on")

@@ -7,6 +7,7 @@ from typing import Literal
 
 from nkibot.config.repo import ConfigError, RepoConfig
 from nkibot.handlers.dashboard import DashboardChange, ScanRequest
+from nkibot.handlers.events import Incoming
 from nkibot.jobs.model import Job
 
 DecisionKind = Literal[
@@ -36,6 +37,14 @@ class Decision:
 
 def ignore(reason: str) -> Decision:
     return Decision("ignore", reason=reason)
+
+
+def owns(inc: Incoming, job: Job) -> bool:
+    """Whether `job` belongs to the event's own installation and repository.
+
+    Every action an event takes on a recorded job is scoped by this: a job id read from
+    text (a dashboard's hidden state, an external id) is never trusted on its own."""
+    return job.repo == inc.repo and job.installation_id == inc.installation_id
 
 
 @dataclass(frozen=True)

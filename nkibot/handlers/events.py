@@ -17,6 +17,10 @@ class Incoming:
     action: str
     delivery_id: str
     kind: Kind
+    #: What identifies the event inside the signed body (`intake.event_key`): job ids and
+    #: reply markers derive from it, never from the unsigned X-GitHub-Delivery header,
+    #: so a signed body replayed under a fresh delivery id repeats nothing.
+    event_key: str = ""
     repo: str = ""
     installation_id: int | None = None
     sender_login: str = ""
@@ -43,6 +47,11 @@ class Incoming:
     requested_action: str | None = None
     #: A field the decision needs that the payload lacks (the delivery is then dropped).
     missing: str | None = None
+
+    @property
+    def identity(self) -> str:
+        """The replay-proof identity of the event (the delivery id only for hand-built ones)."""
+        return self.event_key or self.delivery_id
 
     @property
     def owner(self) -> str:

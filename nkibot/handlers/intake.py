@@ -10,6 +10,7 @@ names it, and the dispatcher logs and counts it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Annotated, Any
 
@@ -191,7 +192,24 @@ def read_event(event: str, delivery_id: str, body: bytes) -> Incoming:
     fields = _common(payload) | _specific(event, payload)
     missing = missing_field(event, action, payload) if action in ACTED_ON.get(event, ()) else None
     return Incoming(event=event, action=action, delivery_id=delivery_id, kind=kind,
-                    missing=missing, **fields)
+                    missing=missing, event_key=event_key(event, body, fields), **fields)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def event_key(event: str, body: bytes, fields: dict[str, Any]) -> str:
+    """The event's identity from what the signature covers (the body), not from headers.
+
+    A comment is its id plus its command (an edit is never acted on, so the pair names one
+    request for good); a label event, a dashboard edit or a check-run request is its whole
+    signed body, which GitHub stamps with the issue's `updated_at`.
+    """
+    if event == "issue_comment" and fields.get("comment_id") is not None:
+        command = str(fields.get("comment_body") or "").encode()
+        return f"comment:{fields['comment_id']}:{_digest(command)}"
+    return f"{event}:{_digest(body)}"
 
 
 def _common(p: Payload) -> dict[str, Any]:

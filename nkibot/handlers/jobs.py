@@ -34,7 +34,7 @@ def trigger_of(inc: Incoming, facts: Facts) -> Trigger:
     kind = {"comment": "comment", "label": "label"}.get(inc.kind, "check_run")
     return Trigger(
         kind=kind,
-        delivery_id=inc.delivery_id, sender=inc.sender_login,
+        delivery_id=inc.delivery_id, event_key=inc.identity, sender=inc.sender_login,
         issue_number=inc.issue_number, is_pull_request=inc.is_pull_request,
         comment_id=inc.comment_id,
         head_ref=facts.head_ref or inc.head_ref, head_repo=facts.head_repo or inc.head_repo,
@@ -45,9 +45,10 @@ def trigger_of(inc: Incoming, facts: Facts) -> Trigger:
 def make_job(repo: str, installation_id: int, spec_target: str, sha: str, trigger: Trigger,
              options: JobOptions, default_branch: str, generation: int = 0,
              issue_shapes: list[ShapeOverride] | None = None) -> Job:
-    # The delivery id makes the id stable across redeliveries of the same event and
-    # distinct for a new request; the generation separates retries.
-    ref = f"{trigger.delivery_id}:g{generation}"
+    # The event's signed identity makes the id stable across redeliveries and replays of
+    # the same event (whatever X-GitHub-Delivery says) and distinct for a new request;
+    # the generation separates retries.
+    ref = f"{trigger.event_key or trigger.delivery_id}:g{generation}"
     return Job(
         id=job_id(repo, spec_target, sha, ref), repo=repo, installation_id=installation_id,
         target=spec_target, sha=sha, trigger=trigger, options=options,
@@ -83,7 +84,8 @@ def retried(job: Job, inc: Incoming, facts: Facts, action: str, default_turns: i
         # A dashboard job's retry still reports on its dashboard row.
         "kind": "dashboard" if old.kind == "dashboard" else (
             "comment" if inc.kind == "comment" else "check_run"),
-        "delivery_id": inc.delivery_id, "sender": inc.sender_login,
+        "delivery_id": inc.delivery_id, "event_key": inc.identity,
+        "sender": inc.sender_login,
         "comment_id": inc.comment_id if inc.kind == "comment" else old.comment_id,
     })
     # Reprofiling measures the kernel already published for the old commit.

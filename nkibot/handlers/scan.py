@@ -7,16 +7,23 @@ what to do, and `bot/` and `github/` carry it out.
 from __future__ import annotations
 
 from nkibot.config.repo import ConfigError, RepoConfig, TargetSpec
-from nkibot.config.targets import is_cuda_target, reference_hint
+from nkibot.config.targets import (
+    TargetError,
+    is_cuda_target,
+    reference_hint,
+    validate_reference,
+    validate_target,
+)
 from nkibot.handlers.dashboard import (
     DashboardChange,
+    Row,
     RowUpdate,
     ScanRequest,
     is_dashboard,
     parse_board,
     tick_diff,
 )
-from nkibot.handlers.decision import Decision, Facts, Policy, ignore
+from nkibot.handlers.decision import Decision, Facts, Policy, ignore, owns
 from nkibot.handlers.events import Incoming
 from nkibot.handlers.jobs import build_jobs
 from nkibot.jobs.model import Job, JobOptions
@@ -80,13 +87,41 @@ def decide_edit(inc: Incoming, facts: Facts, policy: Policy, allowed: bool) -> D
     cancel: list[str] = []
     for target in unticked:
         row = board.row(target)
-        if row is not None and row.job_id and row.checked:
+        if row is None or not row.job_id or not row.checked:
+            continue
+        if _own_job(inc, facts, row.job_id, target):
             cancel.append(row.job_id)
             updates.append(RowUpdate(target, status="cancelled", detail="unticked"))
+        else:
+            updates.append(RowUpdate(target, status="refused", detail=(
+                "the job this row names is not one of this dashboard's; nothing cancelled")))
     jobs = _ticked_jobs(inc, facts, policy, ticked, updates)
     return Decision("enqueue" if jobs else "dashboard", reason=(
         f"dashboard: {len(jobs)} queued, {len(cancel)} cancelled"), jobs=jobs,
         cancel=tuple(cancel), dashboard=DashboardChange(inc.issue_number, tuple(updates)))
+
+
+def _own_job(inc: Incoming, facts: Facts, job_id: str, target: str) -> bool:
+    """A row's job id (hidden state anyone with edit rights can write) names a job of this
+    repository's installation, recorded for this issue and this target."""
+    return any(j.id == job_id and j.target == target and owns(inc, j)
+               and j.trigger.issue_number == inc.issue_number for j in facts.jobs)
+
+
+def _checked_row(name: str, row: Row | None,
+                 config: RepoConfig) -> tuple[str, str | None] | RowUpdate:
+    """The row's target and reference, validated here at the edge: both come from the
+    issue body's hidden state, which anyone who can edit the issue can write."""
+    try:
+        target = validate_target(name)
+        reference = (row.reference if row else None) or config.references.get(target)
+        reference = validate_reference(reference) if reference is not None else None
+    except TargetError as exc:
+        return RowUpdate(name, status="refused", detail=f"not a valid target: {exc}"[:300])
+    if is_cuda_target(target) and reference is None:
+        return RowUpdate(name, status="needs a reference",
+                         detail="name one under `references:` in the config")
+    return target, reference
 
 
 def _ticked_jobs(inc: Incoming, facts: Facts, policy: Policy, ticked: list[str],
@@ -94,20 +129,21 @@ def _ticked_jobs(inc: Incoming, facts: Facts, policy: Policy, ticked: list[str],
     config = _config(facts)
     board = parse_board(inc.issue_body)
     jobs: list[Job] = []
-    for target in ticked:
-        row = board.row(target) if board else None
-        reference = (row.reference if row else None) or config.references.get(target)
-        if is_cuda_target(target) and reference is None:
-            updates.append(RowUpdate(target, status="needs a reference",
-                                     detail="name one under `references:` in the config"))
+    for name in ticked:
+        checked = _checked_row(name, board.row(name) if board else None, config)
+        if isinstance(checked, RowUpdate):
+            updates.append(checked)
             continue
+        target, reference = checked
         if facts.sha is None:
             continue
         spec = next((t for t in config.targets if t.target == target), TargetSpec(target=target))
         (job,) = build_jobs(inc, facts, JobOptions(reference=reference), [spec],
                             policy.default_turns)
+        if any(j.id == job.id for j in facts.jobs):
+            continue  # this very edit was acted on before (a replayed body): leave the row
         job = job.model_copy(update={"trigger": job.trigger.model_copy(
             update={"kind": "dashboard"})})
         jobs.append(job)
-        updates.append(RowUpdate(target, status="queued", job_id=job.id, detail=""))
+        updates.append(RowUpdate(name, status="queued", job_id=job.id, detail=""))
     return tuple(jobs)

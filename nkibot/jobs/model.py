@@ -37,6 +37,8 @@ class Trigger(BaseModel):
     #: `dashboard`: a ticked box on the conversion dashboard issue (`issue_number`).
     kind: Literal["comment", "label", "check_run", "dashboard"]
     delivery_id: str
+    #: The event's identity from its signed body (`Incoming.identity`); the job id's source.
+    event_key: str = ""
     sender: str
     issue_number: int | None = None
     is_pull_request: bool = False

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nkibot.bot.delivery import Delivery
+from nkibot.handlers import read_event
 from nkibot.jobs.model import Job, JobOptions, Trigger
 from tests.bot.conftest import REPO, Bot
 from tests.fakes.github_fixtures import load_webhook
@@ -93,8 +94,8 @@ class TestConvert:
         await bot.dispatcher.process(lease)
         comments = bot.double.comments_on(REPO, 1)
         assert len(comments) == 1 and "/nki convert" in comments[0]["body"]
-        assert f"<!-- nkibot:delivery:{Delivery.decode(lease.body).delivery_id}:help -->" in (
-            comments[0]["body"])
+        inc = read_event("issue_comment", "any", Delivery.decode(lease.body).body)
+        assert f"<!-- nkibot:delivery:{inc.identity}:help -->" in comments[0]["body"]
 
 
 class TestRefusals:

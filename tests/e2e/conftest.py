@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ REPO = "acme/models"
 INSTALLATION = 7
 ISSUE = 1
 SENDER = "alice"
+_COMMENT_IDS = itertools.count(9101)
 FILES = Path(__file__).resolve().parent.parent / "fixtures" / "repos" / "models"
 
 
@@ -43,13 +45,16 @@ class Stack:
     settings: Settings
     url: str
 
-    def comment(self, body: str, delivery: str | None = None, comment_id: int = 9001
+    def comment(self, body: str, delivery: str | None = None, comment_id: int | None = None
                 ) -> tuple[int, str]:
-        """POST a signed `issue_comment.created` carrying `body`; (status, delivery id)."""
+        """POST a signed `issue_comment.created` carrying `body`; (status, delivery id).
+
+        Each call is a new comment (a fresh id) unless `comment_id` says otherwise: the
+        service dedupes on the signed body, so the same id and text is a replay."""
         _headers, raw = load_webhook("issue_comment_created_issue")
         payload = json.loads(raw)
         payload["comment"]["body"] = body
-        payload["comment"]["id"] = comment_id
+        payload["comment"]["id"] = comment_id if comment_id is not None else next(_COMMENT_IDS)
         data = json.dumps(payload).encode()
         delivery = delivery or str(uuid.uuid4())
         resp = httpx.post(f"{self.url}/webhook", content=data,

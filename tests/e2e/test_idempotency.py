@@ -14,8 +14,10 @@ from tests.e2e.conftest import REPO, Stack
 class TestIdempotency:
     def test_same_delivery_twice_is_one_job(self, stack: Stack) -> None:
         """A redelivered webhook is acknowledged but yields one job and one check run."""
-        first, delivery = stack.comment("/nki convert src/models/norm.py::RMSNorm")
-        again, _ = stack.comment("/nki convert src/models/norm.py::RMSNorm", delivery=delivery)
+        first, delivery = stack.comment("/nki convert src/models/norm.py::RMSNorm",
+                                        comment_id=9001)
+        again, _ = stack.comment("/nki convert src/models/norm.py::RMSNorm", delivery=delivery,
+                                 comment_id=9001)
         assert (first, again) == (202, 202)
         stack.dispatch()
         jobs = stack.runner().queue

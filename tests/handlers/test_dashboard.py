@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 from nkibot.config.repo import RepoConfig, TargetSpec
@@ -131,8 +132,62 @@ class TestDecisions:
         assert d.dashboard is not None and d.dashboard.updates[0].status == "queued"
         queued = apply_updates(body, d.dashboard.updates)
         off = queued.replace("- [x]", "- [ ]")
-        d2 = decide_edit(edit(queued, off), facts, POLICY, allowed=True)
+        recorded = dataclasses.replace(facts, jobs=(job,))
+        d2 = decide_edit(edit(queued, off), recorded, POLICY, allowed=True)
         assert d2.cancel == (job.id,) and not d2.jobs
+
+    def test_untick_cancels_only_this_dashboards_job(self) -> None:
+        """A row's job id is hidden state anyone who edits the issue can write: an untick
+        cancels it only when it names a job recorded for this installation, repository,
+        issue and target. Another tenant's job, or an unrecorded id, is refused."""
+        body = new_issue_body(BOARD)
+        facts = Facts(permission="write", sha="f" * 40)
+        (job,) = decide_edit(edit(body, ticked(body, NORM.target)), facts, POLICY, True).jobs
+        theirs = job.model_copy(update={"repo": "victim/app", "installation_id": 8})
+        other_inst = job.model_copy(update={"installation_id": 8})
+        other_issue = job.model_copy(update={"trigger": job.trigger.model_copy(
+            update={"issue_number": 6})})
+        planted = apply_updates(body, (RowUpdate(NORM.target, status="queued", job_id=job.id),))
+        off = planted.replace("- [x]", "- [ ]")
+        for known in ((), (theirs,), (other_inst,), (other_issue,)):
+            d = decide_edit(edit(planted, off), dataclasses.replace(facts, jobs=known),
+                            POLICY, allowed=True)
+            assert d.cancel == (), known
+            assert d.dashboard is not None and d.dashboard.updates[0].status == "refused"
+
+    def test_replayed_tick_changes_nothing(self) -> None:
+        """The same signed edit again (a fresh delivery id) names the same job, recorded
+        for this issue: no second job, and the row keeps the state its job reached."""
+        body = new_issue_body(BOARD)
+        facts = Facts(permission="write", sha="f" * 40)
+        inc = dataclasses.replace(edit(body, ticked(body, NORM.target)), event_key="issues:d")
+        (job,) = decide_edit(inc, facts, POLICY, True).jobs
+        replay = decide_edit(dataclasses.replace(inc, delivery_id="fresh"),
+                             dataclasses.replace(facts, jobs=(job,)), POLICY, True)
+        assert not replay.jobs and replay.dashboard is not None
+        assert replay.dashboard.updates == ()
+
+    def test_dotdot_target_or_reference_in_hidden_state_is_refused(self) -> None:
+        """A `..` target or reference planted in the hidden state is validated at the edge:
+        the row is marked refused with the reason, nothing is enqueued, nothing raises."""
+        evil_target = Row("../../etc/passwd.py::X", "nn.Module")
+        evil_ref = Row("k/rms.cu::rms_norm_kernel", "CUDA", reference="../up.py::Ref")
+        for row in (evil_target, evil_ref):
+            body = new_issue_body(Board("main", "a" * 40, (row,)))
+            d = decide_edit(edit(body, ticked(body, row.target)),
+                            Facts(permission="write", sha="f" * 40), POLICY, allowed=True)
+            assert not d.jobs and d.dashboard is not None
+            (update,) = d.dashboard.updates
+            assert update.status == "refused" and ".." in (update.detail or "")
+
+    def test_hidden_state_of_the_wrong_types_reads_as_defaults(self) -> None:
+        """Row values of the wrong type are dropped when parsed, so ordering and rendering
+        never meet a string where a number goes."""
+        body = new_issue_body(BOARD).replace('"calls":2', '"calls":"many"').replace(
+            '"op_count":7', '"op_count":[1]')
+        board = parse_board(body)
+        assert board is not None and board.row(NORM.target).calls == 0  # type: ignore[union-attr]
+        assert "candidates" in render_section(board)
 
     def test_refused_tick_restores(self) -> None:
         """A tick by someone without permission enqueues nothing and restores the boxes."""
