@@ -78,6 +78,19 @@ class TrialStats(BaseModel):
     ill_conditioned: bool = False
 
 
+def worst_error(trials: list[TrialStats]) -> str:
+    """The largest absolute error and where it was: its trial, inputs and relative error.
+
+    A stress trial's absolute error is large by design (bf16 steps are 0.5 at x + 100), so
+    the number alone alarms; its trial and relative error say whether it should.
+    """
+    if not trials:
+        return ""
+    t = max(trials, key=lambda x: x.max_abs_error)
+    where = f"trial {t.trial}" + (f", {t.label}" if t.label else "")
+    return f"max abs error {t.max_abs_error:.3g} ({where}; max rel {t.max_rel_error:.3g})"
+
+
 class VerifyResult(BaseModel):
     passed: bool
     trials: list[TrialStats] = Field(default_factory=list)
@@ -162,6 +175,8 @@ class TurnRecord(BaseModel):
     compiled: bool | None = None
     verified: bool | None = None
     max_abs_error: float | None = None
+    #: `worst_error` of the turn's last verification: the trial and relative error too.
+    worst: str | None = None
     error: str | None = None
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     seconds: float = 0.0

@@ -47,7 +47,8 @@ class Progress:
         self.turn = record.turn
         verdict = ("verified" if record.verified else "compiled" if record.compiled
                    else "no kernel" if record.compiled is None else "compile failed")
-        err = f" max_abs {record.max_abs_error:.3g}" if record.max_abs_error is not None else ""
+        err = (f" {record.worst}" if record.worst else f" max_abs {record.max_abs_error:.3g}"
+               if record.max_abs_error is not None else "")
         detail = "" if record.verified or not record.error else f" — {record.error}"
         self.console.log(f"turn {record.turn} [{record.model}]: {verdict}{err}"
                          f" ({record.seconds:.1f} s){detail}", markup=False)
@@ -55,19 +56,33 @@ class Progress:
             self.status.update(self._text())
 
 
-def summary_lines(result: ConversionResult, written: list[Path]) -> list[str]:
-    """The human summary printed on stdout (pure)."""
-    where = (f"on {result.platform.capitalize()} hardware" if result.hardware
-             else f"SIMULATED on {result.simulator or result.backend} (no hardware); "
-                  f"checked for {result.platform}")
-    lines = [f"{result.status.upper()}: {result.target} ({where})",
+def _where(result: ConversionResult) -> str:
+    """Where the kernel ran; a run that never reached the simulator does not claim it did."""
+    if result.hardware:
+        return f"on {result.platform.capitalize()} hardware"
+    trials = result.verify is not None and bool(result.verify.trials)
+    if trials and (result.simulator or result.backend not in ("", "none")):
+        return (f"SIMULATED on {result.simulator or result.backend} (no hardware); "
+                f"checked for {result.platform}")
+    return f"no kernel was run, on a simulator or a device; checked for {result.platform}"
+
+
+def summary_lines(result: ConversionResult, written: list[Path],
+                  host_isolation: str | None = None) -> list[str]:
+    """The human summary printed on stdout (pure). `host_isolation`: this host's sandbox,
+    said when the result has none (nothing ran in the sandbox)."""
+    from nkibot.github.render import isolation_of
+    from nkibot.results import worst_error
+
+    isolation = isolation_of(result) or (
+        f"{host_isolation} (this host; nothing ran in the sandbox)" if host_isolation else "")
+    lines = [f"{result.status.upper()}: {result.target} ({_where(result)})",
              f"model: {result.model} · turns: {result.turns} · tokens: {result.tokens.total}"
-             f" · {result.seconds:.1f} s"]
+             f" · {result.seconds:.1f} s" + (f" · isolation: {isolation}" if isolation else "")]
     if result.verify is not None and result.verify.trials:
-        worst = max(t.max_abs_error for t in result.verify.trials)
         passed = sum(t.passed for t in result.verify.trials)
         lines.append(f"verification: {passed}/{len(result.verify.trials)} trials passed,"
-                     f" max abs error {worst:.3g}")
+                     f" {worst_error(result.verify.trials)}")
     if result.profile is not None:
         lines.append(f"profile: {result.profile.measured_on}")
         lines += _model_line(result.profile.model)
@@ -129,7 +144,7 @@ def convert(
         raise typer.BadParameter(str(exc), param_hint="--target") from exc
     # Logs go to stderr, scrubbed, and only warnings: stdout carries the --json result.
     configure("warning", json=False)
-    _isolation_notice(settings, err)
+    host_isolation = _isolation_notice(settings, err)
     try:
         overrides = [parse_shape(s) for s in shape or []]
         task = load_task(path, name, shapes=overrides or None, turns=turns,
@@ -148,16 +163,18 @@ def convert(
     if json_output:
         typer.echo(result.model_dump_json(indent=2))
     else:
-        for line in summary_lines(result, written):
+        for line in summary_lines(result, written, host_isolation):
             typer.echo(line)
     raise typer.Exit(0 if result.status == "verified" else 1)
 
 
-def _isolation_notice(settings: Settings, err: Console) -> None:
-    """Configure the sandbox; say so on stderr when this host only gives reduced isolation."""
+def _isolation_notice(settings: Settings, err: Console) -> str:
+    """Configure the sandbox; say so on stderr when this host only gives reduced isolation.
+    The level, for the summary."""
     from nkibot.verify.isolation import configure_from
 
     found = configure_from(settings)
     if found.level != "full":
         err.print(f"[yellow]sandbox isolation {found.describe()}[/] (nkibot doctor says how "
                   "to fix it)", markup=True)
+    return found.level

@@ -22,8 +22,8 @@ from nkibot.results import ConversionResult, TrialStats, TurnRecord
 __all__ = [
     "ANNOTATIONS_PER_REQUEST", "GITHUB_TEXT_LIMIT", "CheckRunOutput", "Conclusion",
     "annotation_batches", "check_run_output", "conclusion", "cut", "error_comment",
-    "error_output", "markdown_report", "one_line", "pr_body", "progress_output",
-    "reply_comment", "summary", "title", "where_measured",
+    "error_output", "isolation_of", "markdown_report", "one_line", "pr_body",
+    "progress_output", "reply_comment", "summary", "title", "where_measured",
 ]
 
 SIMULATED = "simulator: not a latency measurement"
@@ -50,6 +50,17 @@ def where_measured(result: ConversionResult) -> str:
     if result.profile is not None:
         return result.profile.measured_on
     return f"{result.platform.capitalize()} hardware" if result.hardware else SIMULATED
+
+
+def isolation_of(result: ConversionResult) -> str | None:
+    """`full` or `reduced: <what is missing>`, as the verification's sandbox reported it
+    (None when nothing ran in the sandbox)."""
+    labels = result.verify.isolation if result.verify is not None else []
+    level = next((x.partition(": ")[2] for x in labels if x.startswith("isolation: ")), None)
+    if level is None:
+        return None
+    missing = [x.partition(": ")[2] for x in labels if x.startswith("missing: ")]
+    return f"{level} ({'; '.join(missing)} missing)" if missing else level
 
 
 def checked_for(result: ConversionResult) -> str:
@@ -132,10 +143,16 @@ def performance_section(result: ConversionResult) -> str:
     model = profile.model if profile is not None else {}
     if profile is None or not model or "time_us" not in model:
         return ""
-    lines = [f"Modelled device time: **{model['time_us']} µs** ({model.get('label')}).",
+    measured = "beside the measured time above" if profile.hardware else (
+        "not a measurement: nothing here was timed")
+    lines = [f"Modelled device time: **{model['time_us']} µs** ({model.get('label')}; "
+             f"{measured}).",
              f"Roofline fraction: {float(str(model.get('roofline_fraction', 0))):.1%} "
-             f"({model.get('roofline_bound')}-bound lower bound {model.get('roofline_us')} µs); "
-             f"bottleneck engine: {model.get('critical_engine')}; DMA "
+             f"({model.get('roofline_bound')}-bound lower bound {model.get('roofline_us')} µs). "
+             f"Bottleneck: **{model.get('critical_engine')}**, the engine with the most time "
+             "on the critical path (the chain of dependent instructions that sets the "
+             "modelled time). It can differ from the busiest engine in the chart below, "
+             "whose work may overlap with the critical path instead of lengthening it. DMA: "
              f"{model.get('dma_transfers')} transfers, {model.get('dma_bytes')} bytes, "
              f"efficiency {model.get('dma_efficiency')}."]
     ratio = profile.model_ratio
@@ -152,7 +169,11 @@ def latency_section(result: ConversionResult) -> str:
     if profile is None or not profile.hardware or profile.kernel is None:
         lines = [f"Measured on: **{where}**."]
         if not result.hardware:
-            lines.append("The simulator checks correctness only, so no latency is reported.")
+            modelled = (profile is not None and "time_us" in profile.model)
+            lines.append("The simulator checks correctness and does not time the kernel, so "
+                         "no latency was measured" + (
+                             "; the time under Performance is the cost model's estimate of "
+                             "it, not a measurement." if modelled else "."))
         if profile is not None and profile.sim_stats:
             lines.append("Simulator counters (work done, not time): "
                          + "; ".join(_counter(k, v) for k, v in sorted(profile.sim_stats.items()))
@@ -180,8 +201,10 @@ def run_table(result: ConversionResult) -> str:
 
 def summary(result: ConversionResult) -> str:
     """The evidence tables shared by the check run, the PR body and the report."""
+    isolation = isolation_of(result)
     parts = [f"**{one_line(result)}**", f"Target: `{result.target}` · checked for: "
-             f"{checked_for(result)} · measured on: {where_measured(result)}"]
+             f"{checked_for(result)} · measured on: {where_measured(result)}"
+             + (f" · isolation: {isolation}" if isolation else "")]
     if result.reasons:
         parts.append("### Why\n" + "\n".join(f"- {r}" for r in result.reasons))
     if result.verify is not None and result.verify.trials:

@@ -135,7 +135,8 @@ class TestSummary:
         lines = summary_lines(result, [Path("out/k.py")])
         assert lines[0] == ("VERIFIED: m.py::M (SIMULATED on nkibot-sim (no hardware); "
                             "checked for trn1)")
-        assert "verification: 1/1 trials passed, max abs error 1e-06" in lines
+        assert ("verification: 1/1 trials passed, max abs error 1e-06 (trial 0; max rel 0)"
+                in lines)
         assert lines[-1] == "wrote out/k.py"
 
     def test_the_cost_model_headline_carries_its_label(self) -> None:
@@ -158,3 +159,53 @@ class TestSummary:
                                   hardware=True, model="claude", reasons=["no luck"])
         lines = summary_lines(result, [])
         assert lines[0] == "FAILED: m.py::M (on Trn1 hardware)" and "reason: no luck" in lines
+
+
+class TestSummaryHonesty:
+    def test_isolation_is_printed(self) -> None:
+        """The summary states the sandbox's isolation, as the JSON does."""
+        result = ConversionResult(
+            status="verified", target="m.py::M", backend="sim", hardware=False,
+            simulator="nkibot-sim", model="lowering", turns=1,
+            verify=VerifyResult(passed=True, isolation=["isolation: reduced",
+                                                        "missing: bubblewrap sandbox"],
+                                trials=[TrialStats(trial=0, seed=0, passed=True,
+                                                   max_abs_error=1e-6)]))
+        assert "isolation: reduced (bubblewrap sandbox missing)" in summary_lines(result, [])[1]
+
+    def test_nothing_ran_is_not_called_simulated(self) -> None:
+        """A reference that failed, or no backend: no 'SIMULATED on none'; the host's
+        isolation is said as the host's."""
+        result = ConversionResult(status="failed", target="m.py::M", backend="none",
+                                  hardware=False, model="lowering",
+                                  reasons=["the reference module raised"])
+        lines = summary_lines(result, [], host_isolation="full")
+        assert "SIMULATED" not in lines[0] and "on none" not in lines[0]
+        assert lines[0] == ("FAILED: m.py::M (no kernel was run, on a simulator or a device; "
+                            "checked for trn1)")
+        assert "isolation: full (this host; nothing ran in the sandbox)" in lines[1]
+
+    def test_stress_error_names_its_trial_and_relative_error(self) -> None:
+        """bf16 at x + 100 has steps of 0.5: the summary and the progress line name the
+        trial and give the relative error beside the absolute one."""
+        trials = [TrialStats(trial=0, seed=1, passed=True, max_abs_error=0.004,
+                             max_rel_error=0.002, label="normal"),
+                  TrialStats(trial=6, seed=None, passed=True, max_abs_error=0.5,
+                             max_rel_error=0.0039, label="x + 100")]
+        result = ConversionResult(status="verified", target="m.py::M", backend="sim",
+                                  hardware=False, simulator="nkibot-sim", model="lowering",
+                                  verify=VerifyResult(passed=True, trials=trials))
+        assert ("verification: 2/2 trials passed, max abs error 0.5 (trial 6, x + 100; "
+                "max rel 0.0039)") in summary_lines(result, [])
+        from io import StringIO
+
+        from rich.console import Console
+
+        from nkibot.convert.cli import Progress
+        from nkibot.results import TurnRecord, worst_error
+
+        out = StringIO()
+        Progress(Console(file=out, width=200, log_path=False)).on_turn(TurnRecord(
+            turn=1, model="lowering", verified=True, max_abs_error=0.5,
+            worst=worst_error(trials)))
+        assert "verified max abs error 0.5 (trial 6, x + 100; max rel 0.0039)" in out.getvalue()

@@ -114,3 +114,28 @@ class TestCharts:
                                     check_run_url="https://x/runs/2")
         assert text.splitlines()[0] == render.one_line(result)
         assert "[pull request](https://x/pull/1) · [check run](https://x/runs/2)" in text
+
+
+class TestReportStory:
+    def test_modelled_time_and_bottleneck_read_as_one_story(self) -> None:
+        """Off hardware: no latency measured, the time is the model's, and the bottleneck is
+        explained as the critical-path engine, not the busiest one in the chart."""
+        from nkibot.results import ProfileResult
+
+        result = S.simulated().model_copy(update={"profile": ProfileResult(
+            hardware=False, measured_on="simulator: not a latency measurement",
+            model={"label": "model estimate (trn1), not a measurement", "time_us": 12.5,
+                   "roofline_fraction": 0.4, "roofline_bound": "memory", "roofline_us": 5.0,
+                   "critical_engine": "vector", "utilisation": {"dma": 0.9, "vector": 0.5}})})
+        text = render.markdown_report(result)
+        assert ("no latency was measured; the time under Performance is the cost model's "
+                "estimate of it, not a measurement.") in text
+        assert "not a measurement: nothing here was timed" in text
+        assert "Bottleneck: **vector**, the engine with the most time on the critical path" in text
+        assert "can differ from the busiest engine in the chart" in text
+
+    def test_isolation_is_in_the_report(self) -> None:
+        result = S.simulated()
+        assert result.verify is not None
+        result.verify.isolation = ["isolation: full"]
+        assert "· isolation: full" in render.markdown_report(result)

@@ -20,7 +20,7 @@ from nkibot.convert.agent import feedback, knowledge
 from nkibot.convert.agent.tools import ToolOutcome, ToolRunner, extract_code
 from nkibot.convert.models.base import Conversation, Message, ModelReply, ToolResult
 from nkibot.convert.models.router import Router
-from nkibot.results import Status, TokenUsage, TurnRecord
+from nkibot.results import Status, TokenUsage, TurnRecord, worst_error
 from nkibot.task import Task
 
 log = structlog.get_logger(__name__)
@@ -184,5 +184,6 @@ class Session:
             turn=number, model=reply.model or self.router.current.name, text=reply.text,
             tool_calls=calls, compiled=None if last is None else bool(last.compiled),
             verified=verified, max_abs_error=None if last is None else last.max_abs_error,
+            worst=(worst_error(last.verify.trials) or None) if last and last.verify else None,
             error=failure, tokens=reply.tokens, seconds=round(seconds, 3),
         )

@@ -80,6 +80,7 @@ class TestEpisode:
         assert [t.compiled for t in turns] == [False, False, True, True]
         assert [t.verified for t in turns] == [False, False, False, True]
         assert turns[2].max_abs_error is not None and turns[2].max_abs_error > 0.1
+        assert turns[2].worst is not None and "(trial " in turns[2].worst  # names its trial
         assert outcome.best_source == GOOD and outcome.verify is not None
         assert outcome.verify.passed and len(outcome.verify.trials) >= 5
         assert outcome.tokens.cache_read == 9000 and outcome.tokens.cache_write == 3000
