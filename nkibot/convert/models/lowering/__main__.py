@@ -22,7 +22,8 @@ def main() -> int:
     if isinstance(result, Lowered):
         payload: dict[str, object] = {
             "source": result.source, "function": result.function, "ops": result.ops,
-            "variants": [{"name": v.name, "source": v.source} for v in result.variants]}
+            "variants": [{"name": v.name, "source": v.source} for v in result.variants],
+            "plan": result.plan}
     else:
         payload = {"declined": result.unsupported, "reason": result.reason,
                    "module_error": result.module_error}

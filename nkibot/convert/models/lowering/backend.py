@@ -30,8 +30,10 @@ def lower_in_sandbox(task: Task, timeout_s: float = 60.0) -> Lowered | Declined:
     except (IndexError, json.JSONDecodeError):
         return Declined([], "lowering child printed no result", module_error=True)
     if "source" in payload:
+        plan = payload.get("plan")
         return Lowered(payload["source"], payload["function"], list(payload.get("ops", [])),
-                       _variants(payload.get("variants")))
+                       _variants(payload.get("variants")),
+                       [str(line) for line in plan] if isinstance(plan, list) else [])
     return Declined(list(payload.get("declined", [])), str(payload.get("reason", "declined")),
                     module_error=payload.get("module_error") is True)
 

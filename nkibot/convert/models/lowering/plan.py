@@ -6,26 +6,20 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from nkibot.convert.models.lowering.attention import emit_attention
 from nkibot.convert.models.lowering.builder import nl_dtype
-from nkibot.convert.models.lowering.channelnorm import emit_channelnorm
-from nkibot.convert.models.lowering.conv import emit_conv
 from nkibot.convert.models.lowering.ir import Graph, Ref
-from nkibot.convert.models.lowering.layout import (
-    TOTAL,
-    LayoutError,
-    Placement,
-    Resolved,
-    candidate_frames,
-    place,
-    resolve,
+from nkibot.convert.models.lowering.ladder import emit_group
+from nkibot.convert.models.lowering.layout import LayoutError, resolve
+from nkibot.convert.models.lowering.rowwise import Kernel, Output
+from nkibot.convert.models.lowering.stages import (
+    Scheduler,
+    Stage,
+    emit_stages,
+    partition,
+    scratch_bytes,
+    share_helpers,
+    trial,
 )
-from nkibot.convert.models.lowering.matmul import emit_matmul
-from nkibot.convert.models.lowering.middle import emit_middle
-from nkibot.convert.models.lowering.norm import emit_blocknorm
-from nkibot.convert.models.lowering.pool import emit_pool
-from nkibot.convert.models.lowering.rowwise import Kernel, Output, emit_rowwise
-from nkibot.convert.models.lowering.scan import emit_scan
 
 
 @dataclass(frozen=True)
@@ -45,6 +39,8 @@ class Lowered:
     function: str
     ops: list[str] = field(default_factory=list)
     variants: list[Variant] = field(default_factory=list)
+    #: One line per stage when the kernel is scheduled as several (empty for one group).
+    plan: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -94,7 +90,7 @@ def kernel_name(entry: str) -> str:
     return re.sub(r"\W", "_", snake) + "_kernel"
 
 
-def _outputs(graph: Graph, res: Resolved, kernel: Kernel) -> list[Output]:
+def _outputs(graph: Graph, kernel: Kernel) -> list[Output]:
     outs = []
     for i, ref in enumerate(graph.outputs):
         var = kernel.names.fresh("out" if len(graph.outputs) == 1 else f"out{i}")
@@ -102,16 +98,6 @@ def _outputs(graph: Graph, res: Resolved, kernel: Kernel) -> list[Output]:
         assert found is not None
         outs.append(Output(ref.name, var, found.shape, found.dtype))
     return outs
-
-
-def _place_any(res: Resolved, outputs: list[str]) -> Placement:
-    errors = []
-    for frame in candidate_frames(res):
-        try:
-            return place(res, frame, outputs)
-        except LayoutError as exc:
-            errors.append(str(exc))
-    raise LayoutError(errors[0] if errors else "no layout fits this graph")
 
 
 def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
@@ -125,7 +111,7 @@ def lower_graph(graph: Graph, entry: str) -> Lowered | Declined:
         other = _lower(graph, entry, {decision: name})
         if not isinstance(other, Declined) and other[0].source != lowered.source:
             variants.append(Variant(f"{decision} tiling {name}", other[0].source))
-    return Lowered(lowered.source, lowered.function, lowered.ops, variants)
+    return Lowered(lowered.source, lowered.function, lowered.ops, variants, lowered.plan)
 
 
 def _lower(graph: Graph, entry: str, choices: dict[str, str]
@@ -136,45 +122,44 @@ def _lower(graph: Graph, entry: str, choices: dict[str, str]
     too_big = _too_big(graph)
     if too_big:
         return Declined([], too_big)
+    stages: list[Stage] = []
     try:
-        res = resolve(graph)
-        kernel = Kernel(choices=choices)
-        kernel.names.taken |= {leaf.name for leaf in graph.leaves} | {"nki", "nl", "nisa"}
-        outputs = _outputs(graph, res, kernel)
-        for out in outputs:
-            if not out.shape:
-                kernel.body.comment(f"{out.var} is 0-d in PyTorch: allocated as (1,), returned "
-                                    "as a () view")
-            kernel.body.line(f"{out.var} = nl.ndarray({out.shape or (1,)!r}, "
-                             f"dtype={nl_dtype(out.dtype)}, buffer=nl.shared_hbm)")
-        if any(op.op == "attention" for op in res.ops):
-            emit_attention(res, outputs, kernel)
-        elif any(op.op == "blocknorm" for op in res.ops):
-            emit_blocknorm(res, outputs, kernel)
-        elif any(op.op == "scan" for op in res.ops):
-            emit_scan(res, outputs, kernel)
-        elif any(op.op == "pool" for op in res.ops):
-            emit_pool(res, outputs, kernel)
-        elif any(op.op == "conv" for op in res.ops):
-            emit_conv(res, outputs, kernel)
-        elif any(op.op == "matmul" for op in res.ops):
-            emit_matmul(res, outputs, kernel)
-        elif not emit_middle(res, outputs, kernel) and not emit_channelnorm(res, outputs,
-                                                                            kernel):
-            pl = _place_any(res, [o.name for o in outputs])
-            if any(pl.kinds[res.target(o.name)] not in ("full", "row", TOTAL) for o in outputs):
-                raise LayoutError("an output that is a broadcast parameter")
-            emit_rowwise(res, pl, outputs, kernel)
+        kernel, outputs = _start(graph, choices)
+        emit_group(resolve(graph), outputs, kernel)
     except LayoutError as exc:
-        return Declined([], f"layout: {exc}")
+        try:
+            kernel, outputs = _start(graph, choices)
+            sched = Scheduler(graph, outputs, kernel.names.taken)
+            stages = partition(sched, trial(kernel))
+            kernel.names.taken |= sched.taken
+            emit_stages(sched, stages, kernel)
+            share_helpers(kernel)
+        except LayoutError as staged:
+            why = str(exc) if len(graph.ops) <= 1 else f"{exc}; and as stages: {staged}"
+            return Declined([], f"layout: {why}")
     fn = kernel_name(entry)
     ops = list(dict.fromkeys(op.origin for op in graph.ops if op.origin))
-    return Lowered(_module_source(graph, entry, fn, kernel, outputs, ops), fn, ops), (
-        kernel.alternatives)
+    plan = [stage.summary() for stage in stages]
+    source = _module_source(graph, entry, fn, kernel, outputs, ops, stages)
+    return Lowered(source, fn, ops, plan=plan), kernel.alternatives
+
+
+def _start(graph: Graph, choices: dict[str, str]) -> tuple[Kernel, list[Output]]:
+    """A fresh kernel with the outputs allocated in shared HBM."""
+    kernel = Kernel(choices=choices)
+    kernel.names.taken |= {leaf.name for leaf in graph.leaves} | {"nki", "nl", "nisa"}
+    outputs = _outputs(graph, kernel)
+    for out in outputs:
+        if not out.shape:
+            kernel.body.comment(f"{out.var} is 0-d in PyTorch: allocated as (1,), returned "
+                                "as a () view")
+        kernel.body.line(f"{out.var} = nl.ndarray({out.shape or (1,)!r}, "
+                         f"dtype={nl_dtype(out.dtype)}, buffer=nl.shared_hbm)")
+    return kernel, outputs
 
 
 def _module_source(graph: Graph, entry: str, fn: str, kernel: Kernel, outputs: list[Output],
-                   ops: list[str]) -> str:
+                   ops: list[str], stages: list[Stage]) -> str:
     args = ", ".join(leaf.name for leaf in graph.leaves)
     ret = ", ".join(o.var if o.shape else f"{o.var}.reshape(())" for o in outputs)
     lines = [
@@ -187,6 +172,7 @@ def _module_source(graph: Graph, entry: str, fn: str, kernel: Kernel, outputs: l
            f"{', '.join(f'{k} = {v!r}' for k, v in graph.constants.items())}."]
           if graph.constants else []),
         "All arithmetic runs in fp32 tiles of at most 128 partitions.",
+        *_plan_lines(stages),
         '"""',
         "",
         "import nki",
@@ -200,3 +186,14 @@ def _module_source(graph: Graph, entry: str, fn: str, kernel: Kernel, outputs: l
     lines += kernel.body.lines
     lines.append(f"    return {ret}")
     return "\n".join(lines) + "\n"
+
+
+def _plan_lines(stages: list[Stage]) -> list[str]:
+    """The schedule, for the header: why the kernel has stages and what each one does."""
+    if not stages:
+        return []
+    mib = scratch_bytes(stages) / 2**20
+    return ["", f"Schedule: {len(stages)} stages (no single emitter covers the whole graph); "
+            f"each reads its inputs from HBM and writes its results to HBM scratch "
+            f"({mib:.2f} MiB in all) or to the outputs:",
+            *(f"  {n}. {stage.summary()}" for n, stage in enumerate(stages, 1))]

@@ -81,9 +81,9 @@ class TestDeclines:
         assert isinstance(result, Declined) and "torch.fx could not trace" in result.reason
 
     def test_layout_misfit_declined(self) -> None:
-        """A reduction over a middle dim that the row layout cannot hold is declined."""
-        result = lower_task(make_task(module_source("x.sum(dim=1) + x.amax(dim=2)"),
-                                      [(2, 8, 8)]))
+        """A GroupNorm whose blocks no emitter can hold in SBUF is declined (even staged)."""
+        source = module_source("self.g(x)", init="        self.g = nn.GroupNorm(1, 4)")
+        result = lower_task(make_task(source, [(2, 4, 130, 130)]))
         assert isinstance(result, Declined) and result.reason.startswith("layout:")
 
     def test_function_tasks_declined(self) -> None:

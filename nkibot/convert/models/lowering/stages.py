@@ -1,0 +1,242 @@
+"""The scheduler's floor: a graph whose operators each lower alone becomes stages of one kernel.
+
+The ops, in trace order (topological), are cut into contiguous groups, each the longest run
+the single-anchor emitters accept (`ladder.emit_group`), found greedily with a short
+look-ahead (a run may fit only once the op that completes it joins). A value made by one
+group and read by a later one lives in an HBM scratch tensor (`nl.ndarray(...,
+buffer=nl.hbm)`): the later group sees it as a kernel argument, so every emitter renders
+its group unchanged, and the coverage of a composite module is the coverage of its
+operators. Each stage is named after its source ops in the kernel, and its plan (anchor,
+ops, the tensors it reads and writes) is data (`Stage.summary`) for the kernel's header.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from nkibot.convert.models.lowering.builder import Names, nl_dtype
+from nkibot.convert.models.lowering.ir import Graph, Leaf, Op, Ref
+from nkibot.convert.models.lowering.ladder import anchor_of, emit_group
+from nkibot.convert.models.lowering.layout import LayoutError, resolve
+from nkibot.convert.models.lowering.rowwise import Kernel, Output
+
+#: How many ops past a failing one a group may grow to before it is closed.
+LOOKAHEAD = 3
+#: Ops that only relabel a value: never worth a stage of their own at the end of a group.
+RELABEL = frozenset({"view", "copy", "transpose", "slice"})
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One group of ops, as its own graph: values of earlier stages are its leaves."""
+
+    graph: Graph
+    anchor: str
+    reads: tuple[str, ...]  # HBM scratch (or output) tensors of earlier stages it reads
+    writes: tuple[Output, ...]  # what it stores: scratch tensors or the kernel's outputs
+    scratch: tuple[Output, ...] = ()  # the writes that are HBM scratch, allocated before it
+
+    def summary(self) -> str:
+        origins = list(dict.fromkeys(op.origin or op.op for op in self.graph.ops))
+        shown = ", ".join(origins[:6]) + (f" and {len(origins) - 6} more" if len(origins) > 6
+                                          else "")
+        writes = ", ".join(f"{o.var} {'x'.join(map(str, o.shape)) or '()'} {o.dtype}"
+                           for o in self.writes)
+        reads = f" reads {', '.join(self.reads)};" if self.reads else ""
+        return f"{self.anchor} group of {len(self.graph.ops)} ops ({shown});{reads} writes {writes}"
+
+
+class Scheduler:
+    """Cuts one graph into stages; `homes` names the HBM tensor each op's value lives in.
+
+    Relabels (reshape, transpose, slice, copy) are access patterns, not work: they are left
+    out of the op sequence and pulled into each stage that reads them, over the value they
+    relabel. An output that is a reshape of a computed value has that value written straight
+    into the output tensor, seen with the value's shape (`aliases`).
+    """
+
+    def __init__(self, graph: Graph, outputs: Sequence[Output], taken: set[str]) -> None:
+        self.graph = graph
+        names = Names(set(taken) | {op.name for op in graph.ops})
+        self.final: dict[str, Output] = {}
+        self.aliases: dict[str, str] = {}  # an alias variable -> its definition
+        for out in outputs:
+            base = self._reshaped(out.name)
+            if base == out.name:
+                self.final.setdefault(out.name, out)
+            elif base not in self.final:
+                op = graph.op(base)
+                assert op is not None
+                var = names.fresh(f"{out.var}_as_{base}")
+                self.aliases[var] = f"{out.var}.reshape({op.shape or (1,)!r})"
+                self.final[base] = Output(base, var, op.shape, out.dtype)
+        self.homes = {op.name: (self.final[op.name].var if op.name in self.final
+                                else names.fresh(f"{op.name}_hbm")) for op in graph.ops}
+        self.sequence = [op for op in graph.ops
+                         if op.op not in RELABEL or op.name in self.final]
+        self.taken = names.taken
+
+    def _reshaped(self, name: str) -> str:
+        """The computed value `name` is a plain reshape chain of, or `name` itself."""
+        op = self.graph.op(name)
+        while op is not None and op.op in ("view", "copy") and isinstance(op.args[0], Ref):
+            src = self.graph.op(op.args[0].name)
+            if src is None or op.dtype != src.dtype:
+                break
+            name, op = src.name, src
+        return name
+
+    def base(self, name: str) -> str:
+        """The value a relabel chain reads (itself when `name` is no relabel)."""
+        op = self.graph.op(name)
+        while (op is not None and op.op in RELABEL and op.name not in self.final
+               and isinstance(op.args[0], Ref)):
+            name = op.args[0].name
+            op = self.graph.op(name)
+        return name
+
+    def stage(self, ops: Sequence[Op], later: Sequence[Op]) -> Stage:
+        """`ops` as a stage, writing what `later` ops or the kernel's outputs need."""
+        made = {op.name for op in ops}
+        leaves: dict[str, Leaf] = {}
+        body: list[Op] = []
+        for op in ops:
+            args = tuple(self._pull(a, made, leaves, body) if isinstance(a, Ref) else a
+                         for a in op.args)
+            body.append(replace(op, args=args))
+        needed = {self.base(a.name) for op in later for a in op.args if isinstance(a, Ref)}
+        writes = tuple(self._output(op) for op in ops
+                       if op.name in needed or op.name in self.final)
+        sub = Graph(list(leaves.values()), body, [Ref(o.name) for o in writes],
+                    self.graph.constants)
+        scratch = tuple(leaf.name for leaf in leaves.values() if leaf.source == "stage")
+        allocs = tuple(o for o in writes if o.name not in self.final)
+        return Stage(sub, anchor_of(resolve(sub)), scratch, writes, allocs)
+
+    def _pull(self, ref: Ref, made: set[str], leaves: dict[str, Leaf], body: list[Op]) -> Ref:
+        """`ref` inside the stage: its own value, a leaf, or a relabel pulled in over one."""
+        name = ref.name
+        if name in made or any(op.name == name for op in body):
+            return ref
+        op = self.graph.op(name)
+        if op is not None and op.op in RELABEL and name not in self.final:
+            args = tuple(self._pull(a, made, leaves, body) if isinstance(a, Ref) else a
+                         for a in op.args)
+            body.append(replace(op, args=args))
+            return ref
+        leaf = self.graph.leaf(name)
+        if leaf is None:
+            assert op is not None, name
+            leaf = Leaf(self.homes[name], op.shape, op.dtype, "stage", name)
+        leaves.setdefault(leaf.name, leaf)
+        return Ref(leaf.name)
+
+    def _output(self, op: Op) -> Output:
+        return Output(op.name, self.homes[op.name], op.shape, op.dtype)
+
+
+Fits = Callable[[Stage], str | None]
+
+
+def partition(sched: Scheduler, fits: Fits) -> list[Stage]:
+    """Greedy longest groups: grow while a group (or one up to LOOKAHEAD ops longer) fits."""
+    ops = sched.sequence
+    stages: list[Stage] = []
+    i = 0
+    while i < len(ops):
+        best: tuple[int, Stage] | None = None
+        first_error = ""
+        j = i
+        while True:
+            grown = None
+            for k in range(j + 1, min(j + LOOKAHEAD, len(ops)) + 1):
+                stage = sched.stage(ops[i:k], ops[k:])
+                error = fits(stage)
+                if error is None:
+                    grown = (k, stage)
+                    break
+                first_error = first_error or error
+            if grown is None:
+                break
+            best, j = grown, grown[0]
+        if best is None:
+            origins = ", ".join(dict.fromkeys(op.origin or op.op for op in ops[i:i + 1]))
+            raise LayoutError(f"{origins} does not lower even as its own stage: {first_error}")
+        stages.append(best[1])
+        i = best[0]
+    return stages
+
+
+def trial(kernel: Kernel) -> Fits:
+    """A `fits` that renders the stage into a throwaway kernel with `kernel`'s choices."""
+    def fits(stage: Stage) -> str | None:
+        scratch = Kernel(choices=kernel.choices)
+        scratch.names.taken |= set(kernel.names.taken) | {leaf.name for leaf in
+                                                          stage.graph.leaves}
+        try:
+            emit_group(resolve(stage.graph), list(stage.writes), scratch)
+        except LayoutError as exc:
+            return str(exc)
+        except (KeyError, IndexError, ValueError, TypeError, AssertionError) as exc:
+            # an emitter meeting a group shape it never assumed (e.g. an output that is only
+            # a view of a leaf): that group does not fit; a longer or shorter one may
+            return f"{type(exc).__name__}: {exc}"
+        return None
+    return fits
+
+
+def emit_stages(sched: Scheduler, stages: Sequence[Stage], kernel: Kernel) -> None:
+    """Each stage in order: its scratch outputs allocated in HBM, then its group's code."""
+    for var, definition in sched.aliases.items():
+        kernel.body.line(f"{var} = {definition}")
+    for n, stage in enumerate(stages, 1):
+        body = kernel.body
+        body.line()
+        body.comment(f"stage {n} of {len(stages)}: {stage.summary()}")
+        for out in stage.scratch:
+            body.line(f"{out.var} = nl.ndarray({out.shape or (1,)!r}, "
+                      f"dtype={nl_dtype(out.dtype)}, buffer=nl.hbm)")
+        # each stage places its own views: a leaf may be tiled differently by another stage
+        kernel.leaf_views, kernel.hbm_views = {}, {}
+        kernel.names.taken |= {leaf.name for leaf in stage.graph.leaves}
+        emit_group(resolve(stage.graph), list(stage.writes), kernel)
+
+
+def scratch_bytes(stages: Sequence[Stage]) -> int:
+    """HBM the stages' scratch tensors take (fp32 or their own dtype), for the header."""
+    return sum(math.prod(o.shape or (1,)) * (2 if o.dtype in ("bfloat16", "float16") else 4)
+               for stage in stages for o in stage.scratch)
+
+
+def share_helpers(kernel: Kernel) -> None:
+    """Drop helpers identical to an earlier one but for their names (two stages of the same
+    form write the same tile function), calling the earlier one instead."""
+    renames: dict[str, str] = {}
+    kept: list[tuple[str, list[str]]] = []
+    helpers = []
+    for helper in kernel.helpers:
+        lines = [_renamed(line, renames) for line in helper]
+        name = _def_name(lines[0]) if lines else ""
+        twin = next((k for k, text in kept
+                     if name and [_renamed(x, {name: k}) for x in lines] == text), None)
+        if twin is not None:
+            renames[name] = twin
+            continue
+        kept.append((name, lines))
+        helpers.append(lines)
+    kernel.helpers = helpers
+    kernel.body.lines = [_renamed(line, renames) for line in kernel.body.lines]
+
+
+def _def_name(line: str) -> str:
+    match = re.match(r"def (\w+)\(", line)
+    return match.group(1) if match else ""
+
+
+def _renamed(line: str, renames: dict[str, str]) -> str:
+    if not renames:
+        return line
+    return re.sub(r"\b(\w+)\(", lambda m: renames.get(m.group(1), m.group(1)) + "(", line)

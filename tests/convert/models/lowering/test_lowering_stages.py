@@ -1,0 +1,103 @@
+"""Composite modules lowered as stages of one kernel (stages.py), on the simulator against
+PyTorch: two matmuls, a convolution, pooling, a block norm and attention each followed by
+other ops, a matmul followed by a row reduction. Each of these was declined by the
+single-anchor templates ("2 matmuls in one graph", "a convolution with other ops", ...)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nkibot.convert.models.lowering import Declined, lower_task
+from tests.convert.models.lowering.lowering_support import (
+    check_on_sim,
+    lower_ok,
+    make_task,
+    module_source,
+)
+
+# name -> (forward expression, forward args, __init__ lines, input shapes)
+COMPOSED = {
+    "mlp_two_matmuls": ("self.l2(torch.relu(self.l1(x)))", "x",
+                        "        self.l1 = nn.Linear(64, 160)\n"
+                        "        self.l2 = nn.Linear(160, 48)", [(96, 64)]),
+    "matmul_then_softmax": ("torch.softmax(self.l1(x) * 0.5, dim=-1)", "x",
+                            "        self.l1 = nn.Linear(64, 200)", [(130, 64)]),
+    "matmul_then_logsumexp": ("torch.logsumexp(self.l1(x), dim=1, keepdim=True)", "x",
+                              "        self.l1 = nn.Linear(32, 96)", [(40, 32)]),
+    "conv_bias_relu_scale": ("torch.relu(self.c(x)) * 2 + self.b", "x",
+                             "        self.c = nn.Conv2d(3, 8, 3)\n"
+                             "        self.b = nn.Parameter(torch.randn(8, 1, 1))",
+                             [(2, 3, 12, 12)]),
+    "conv_then_channel_softmax": ("torch.softmax(self.c(x), dim=1)", "x",
+                                  "        self.c = nn.Conv2d(4, 6, 3, padding=1)",
+                                  [(2, 4, 9, 9)]),
+    "pool_then_ops": ("torch.sigmoid(F.max_pool2d(x, 2)) - 0.5", "x", "", [(2, 4, 16, 16)]),
+    "groupnorm_then_ops": ("torch.relu(self.g(x)) * 3", "x",
+                           "        self.g = nn.GroupNorm(2, 8)", [(2, 8, 6, 6)]),
+    "matmul_then_groupnorm": ("self.g(self.l1(x))", "x",
+                              "        self.l1 = nn.Linear(24, 32)\n"
+                              "        self.g = nn.GroupNorm(4, 32)", [(16, 24)]),
+    "attention_epilogue": ("F.scaled_dot_product_attention(q, k, v) * 2 + q", "q, k, v", "",
+                           [(2, 3, 40, 16)] * 3),
+    "two_branches": ("self.a(x).sum(-1, keepdim=True) + self.b(x)", "x",
+                     "        self.a = nn.Linear(32, 64)\n"
+                     "        self.b = nn.Linear(32, 1)", [(50, 32)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSED))
+def test_composed_module_on_sim(name: str) -> None:
+    expr, args, init, shapes = COMPOSED[name]
+    task = make_task(module_source(expr, args=args, init=init), shapes)
+    check_on_sim(task)
+
+
+def test_bf16_mlp_on_sim() -> None:
+    expr, args, init, shapes = COMPOSED["mlp_two_matmuls"]
+    check_on_sim(make_task(module_source(expr.replace("(x)", "(x.float())", 1), args=args,
+                                         init=init), shapes, "bfloat16"))
+
+
+class TestScheduleIsReadable:
+    def test_stages_named_after_their_source_ops(self) -> None:
+        """The header lists the plan; each stage is a comment naming its ops and scratch."""
+        expr, args, init, shapes = COMPOSED["mlp_two_matmuls"]
+        lowered = lower_ok(make_task(module_source(expr, args=args, init=init), shapes))
+        assert len(lowered.plan) == 2
+        assert "self.l1" in lowered.plan[0] and "torch.relu" in lowered.plan[0]
+        assert "self.l2" in lowered.plan[1] and "reads relu_hbm" in lowered.plan[1]
+        assert "# stage 1 of 2: matmul group" in lowered.source
+        assert "relu_hbm = nl.ndarray((96, 160), dtype=nl.float32, buffer=nl.hbm)" in (
+            lowered.source)
+        assert "Schedule: 2 stages" in lowered.source
+
+    def test_identical_stage_helpers_written_once(self) -> None:
+        """Two stages of the same form call one tile helper, not two copies of it."""
+        expr = "self.l2(self.l1(x))"
+        init = "        self.l1 = nn.Linear(64, 64)\n        self.l2 = nn.Linear(64, 64)"
+        lowered = lower_ok(make_task(module_source(expr, init=init), [(32, 64)]))
+        assert lowered.source.count("def matmul_block") == 1
+        assert lowered.source.count("matmul_block(") >= 2
+
+    def test_single_group_has_no_schedule(self) -> None:
+        lowered = lower_ok(make_task(module_source("torch.relu(x) * 2"), [(64, 64)]))
+        assert lowered.plan == [] and "Schedule:" not in lowered.source
+
+
+def test_op_that_does_not_lower_alone_is_named() -> None:
+    """A GroupNorm whose blocks exceed SBUF declines even as its own stage, and the reason
+    names the op and why."""
+    init = "        self.g = nn.GroupNorm(1, 4)"
+    result = lower_task(make_task(module_source("torch.relu(self.g(x))", init=init),
+                                  [(2, 4, 130, 130)]))
+    assert isinstance(result, Declined), result
+    assert result.reason.startswith("layout:") and "as stages: self.g does not lower" in (
+        result.reason) and "SBUF budget" in result.reason
+
+
+def test_reductions_over_different_dims_become_stages() -> None:
+    """A sum over dim 1 and a max over dim 2 have no common row layout: one stage each,
+    then the add reads both (their reshapes are pulled in as access patterns)."""
+    task = make_task(module_source("x.sum(dim=1) + x.amax(dim=2)"), [(2, 8, 8)])
+    assert len(lower_ok(task).plan) == 3
+    check_on_sim(task)
