@@ -213,7 +213,13 @@ def scratch_bytes(stages: Sequence[Stage]) -> int:
 
 def share_helpers(kernel: Kernel) -> None:
     """Drop helpers identical to an earlier one but for their names (two stages of the same
-    form write the same tile function), calling the earlier one instead."""
+    form write the same tile function), calling the earlier one instead. A caller may come
+    before its callee, so this repeats until nothing more is shared."""
+    while _share_once(kernel):
+        pass
+
+
+def _share_once(kernel: Kernel) -> bool:
     renames: dict[str, str] = {}
     kept: list[tuple[str, list[str]]] = []
     helpers = []
@@ -227,8 +233,9 @@ def share_helpers(kernel: Kernel) -> None:
             continue
         kept.append((name, lines))
         helpers.append(lines)
-    kernel.helpers = helpers
+    kernel.helpers = [[_renamed(line, renames) for line in helper] for helper in helpers]
     kernel.body.lines = [_renamed(line, renames) for line in kernel.body.lines]
+    return bool(renames)
 
 
 def _def_name(line: str) -> str:
@@ -239,4 +246,6 @@ def _def_name(line: str) -> str:
 def _renamed(line: str, renames: dict[str, str]) -> str:
     if not renames:
         return line
-    return re.sub(r"\b(\w+)\(", lambda m: renames.get(m.group(1), m.group(1)) + "(", line)
+    # helper names are fresh kernel-wide, so every use (a call, or a helper passed to
+    # another) is the helper itself
+    return re.sub(r"\b\w+\b", lambda m: renames.get(m.group(0), m.group(0)), line)

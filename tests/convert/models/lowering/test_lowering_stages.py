@@ -39,6 +39,13 @@ COMPOSED = {
                               "        self.g = nn.GroupNorm(4, 32)", [(16, 24)]),
     "attention_epilogue": ("F.scaled_dot_product_attention(q, k, v) * 2 + q", "q, k, v", "",
                            [(2, 3, 40, 16)] * 3),
+    # three matmuls whose panel-form helpers call their K-step helper before defining it:
+    # shared helpers must be renamed at every use (a NameError before)
+    "swiglu_three_matmuls": ("self.down(F.silu(self.gate(x)) * self.up(x))", "x",
+                             "        self.gate = nn.Linear(128, 344, bias=False)\n"
+                             "        self.up = nn.Linear(128, 344, bias=False)\n"
+                             "        self.down = nn.Linear(344, 128, bias=False)",
+                             [(128, 128)]),
     "two_branches": ("self.a(x).sum(-1, keepdim=True) + self.b(x)", "x",
                      "        self.a = nn.Linear(32, 64)\n"
                      "        self.b = nn.Linear(32, 1)", [(50, 32)]),
