@@ -18,10 +18,12 @@ from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, Names, emi
 from nkibot.convert.models.lowering.ir import REDUCE, Ref
 from nkibot.convert.models.lowering.layout import (
     FULL,
+    ROW,
     TOTAL,
     Frame,
     LayoutError,
     LeafView,
+    Placement,
     Resolved,
     place,
 )
@@ -82,8 +84,7 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     frame = Frame(tuple(out_shape) if len(mm.shape) >= 2 else (m, n), 0, 1)
     frame = Frame(frame.shape, 0, len(frame.shape) - 1)
     pl = place(res, frame, [o.name for o in outputs], seed={mm.name: FULL})
-    if any(op.op in REDUCE for op in res.ops) or TOTAL in pl.kinds.values():
-        raise LayoutError("reductions after a matmul are not lowered")
+    row_reduced = _row_reductions(res, pl, n)
     groups, ga, gb, rows = _grouping(a, a_batch, b_batch, tuple(mm.shape[:-2]), m)
     if frame.rows != groups * rows:
         raise LayoutError("matmul output layout")
@@ -96,10 +97,16 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     itemsize = 2 if compute != "nl.float32" else 4
     candidates = _tiling(a, b, groups * rows, k, n, itemsize)
     forced = kernel.choices.get("matmul")
+    if row_reduced and b.transposed and n > PMAX:
+        forced = "b-panel"  # a streamed transposed B gives 128-column tiles: too narrow
     plan = choose(candidates, PANEL_BUDGET, forced=forced)
+    if row_reduced and b.transposed and n > PMAX and plan.name != "b-panel":
+        raise LayoutError(f"row reductions after a matmul: B's [K, {n}] panel exceeds SBUF")
     # a streamed transposed B is transposed 128 columns at a time; the panel takes 512
     n_tile = PMAX if b.transposed and plan.name == "stream" else NMAX
-    kernel.alternatives += [("matmul", name) for name in others(candidates, PANEL_BUDGET, plan)]
+    if not row_reduced:
+        kernel.alternatives += [("matmul", name)
+                                for name in others(candidates, PANEL_BUDGET, plan)]
     why = ("a variant, kept only if it verifies and is faster by the cost model"
            if forced == plan.name else f"chosen by {SCORER_NAME}")
     kernel.body.comment(f"tiling: {plan.name} ({why})")
@@ -123,6 +130,20 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     call = f"{tile_fn}({', '.join([a_v, b_v, *params])}, {{g0}}, {{m0}}, {{msz}}, {{n0}}, {{nsz}})"
     emit_grid(body, [Axis("g", groups, 1), Axis("m", rows, PMAX), Axis("n", n, n_tile)], call,
               "affine_range")
+
+
+def _row_reductions(res: Resolved, pl: Placement, n: int) -> bool:
+    """Whether the epilogue reduces output rows (softmax, logsumexp, a row sum): it may
+    while one output tile holds the whole row (N <= 512, one PSUM bank)."""
+    if TOTAL in pl.kinds.values():
+        raise LayoutError("whole-tensor reductions after a matmul are not lowered")
+    reduces = [op for op in res.ops if op.op in REDUCE]
+    if any(pl.kinds[op.name] != ROW for op in reduces):
+        raise LayoutError("reductions after a matmul over other dims than its output rows")
+    if reduces and n > NMAX:
+        raise LayoutError(f"row reductions after a matmul whose rows ({n} columns) exceed one "
+                          f"{NMAX}-column output tile")
+    return bool(reduces)
 
 
 def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int,
@@ -279,14 +300,17 @@ def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: O
     if out.dtype != "float32":
         blk.line(f"out_cast = nl.copy({value}, dtype={nl_dtype(out.dtype)})")
         value = "out_cast"
-    blk.line(f"nl.store(out_v[0, nl.ds(r0, p), nl.ds(c0, q)], {value})")
+    row_out = pl.kinds[res.target(out.name)] == ROW  # type: ignore[attr-defined]
+    cols = "0:1" if row_out else "nl.ds(c0, q)"  # a row reduction: one value per row
+    blk.line(f"nl.store(out_v[0, nl.ds(r0, p), {cols}], {value})")
     kernel.names.taken |= names.taken
     for name, param in tile.views.items():
         if param not in kernel.hbm_views:
             kernel.hbm_views[param] = view_definition(res, pl, name)  # type: ignore[arg-type]
             kernel.body.line(f"{param} = {kernel.hbm_views[param]}")
     frame = pl.frame  # type: ignore[attr-defined]
-    kernel.body.line(f"out_v = {out.var}.reshape((1, {frame.rows}, {frame.cols}))")
+    kernel.body.line(f"out_v = {out.var}.reshape((1, {frame.rows}, "
+                     f"{1 if row_out else frame.cols}))")
     params = [*tile.used_views, "out_v"]
     kernel.helpers.append([
         f"def {store_fn}(acc, {', '.join(params)}, g, m0, p, c0, q):",

@@ -108,3 +108,25 @@ def test_reductions_over_different_dims_become_stages() -> None:
     task = make_task(module_source("x.sum(dim=1) + x.amax(dim=2)"), [(2, 8, 8)])
     assert len(lower_ok(task).plan) == 3
     check_on_sim(task)
+
+
+class TestRowReductionOnTheMatmul:
+    """A row reduction after a matmul runs on the output tile out of PSUM while one tile
+    holds the whole row (N <= 512); wider rows fall back to a matmul stage and a row stage."""
+
+    @pytest.mark.parametrize(("expr", "n"), [
+        ("torch.softmax(self.l1(x) * 0.5, dim=-1)", 200),  # transposed B over 128: panel
+        ("torch.logsumexp(self.l1(x), dim=1, keepdim=True)", 96),  # one value per row out
+    ])
+    def test_fused_in_one_group(self, expr: str, n: int) -> None:
+        task = make_task(module_source(expr, init=f"        self.l1 = nn.Linear(64, {n})"),
+                         [(130, 64)])
+        lowered = lower_ok(task)
+        assert lowered.plan == [] and "buffer=nl.hbm" not in lowered.source
+        check_on_sim(task)
+
+    def test_rows_wider_than_a_tile_are_staged(self) -> None:
+        task = make_task(module_source("torch.softmax(self.l1(x), dim=-1)",
+                                       init="        self.l1 = nn.Linear(32, 600)"), [(40, 32)])
+        assert [line.split()[0] for line in lower_ok(task).plan] == ["matmul", "rowwise"]
+        check_on_sim(task)
