@@ -156,6 +156,18 @@ class SimBackend:
     def profile(self, src: str, task: Task) -> ProfileResult:
         return redact_model(self._profile(src, task))
 
+    def estimate(self, src: str, task: Task) -> ProfileResult:
+        """The cost model's figures alone, cheaply: no numerics run, nothing verified.
+
+        The same inputs and model as `profile`, so its `model` agrees with a profile's; the
+        optimize phase ranks candidates by it before spending a verification on any.
+        """
+        static = self._static(src)
+        if static:
+            return ProfileResult(hardware=False, measured_on=MEASURED_ON,
+                                 log="; ".join(d.message for d in static)[:1000])
+        return redact_model(self._profile(src, task, cost_only=True))
+
     def _compile(self, src: str, task: Task) -> CompileResult:
         started = time.monotonic()
         static = self._static(src)
@@ -272,13 +284,14 @@ class SimBackend:
         return SimRun(outputs=outputs, stats=dict(response.get("stats") or {}),
                       simulator=str(response.get("simulator") or ""))
 
-    def _profile(self, src: str, task: Task) -> ProfileResult:
+    def _profile(self, src: str, task: Task, cost_only: bool = False) -> ProfileResult:
         try:
             function = resolve_function(src, self.function)
         except KernelSourceError as exc:
             return ProfileResult(hardware=False, measured_on=MEASURED_ON, log=str(exc))
         with tempfile.TemporaryDirectory(prefix="nkibot-profile-") as tmp:
-            request = {**self._random_request(task), "cost_model": self.platform}
+            request = {**self._random_request(task), "cost_model": self.platform,
+                       "cost_only": cost_only}
             reply = self._run(src, function, request, task.compile_timeout_s, Path(tmp))
         response = reply.response
         if response is None or response.get("error"):

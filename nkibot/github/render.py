@@ -127,12 +127,14 @@ def _counter(name: str, value: object) -> str:
 
 
 def optimize_table(result: ConversionResult) -> str:
-    """The optimize phase's chain: turn, time, change, kept (or why not)."""
-    rows = ["| turn | time (µs) | change | kept |", "|---:|---:|---|---|"]
+    """The optimize phase's chain, every candidate: turn, time, change, verified, kept."""
+    rows = ["| turn | time (µs) | change | verified | kept |", "|---:|---:|---|---|---|"]
     for s in result.optimize_chain:
         t = "-" if s.time_us is None else f"{s.time_us:.1f}"
+        verified = {True: "yes", False: "no", None: "not run"}[s.verified]
         kept = "yes" if s.kept else f"no: {s.reason}"
-        rows.append(f"| {s.turn} | {t} | {s.change.replace('|', '/')} | {kept} |")
+        rows.append(f"| {s.turn} | {t} | {s.change.replace('|', '/')} | {verified} "
+                    f"| {kept} |")
     sources = sorted({s.source for s in result.optimize_chain if s.source})
     return "\n".join(rows) + (f"\n\nTimes: {'; '.join(sources)}." if sources else "")
 

@@ -150,6 +150,19 @@ class TestProfile:
         assert isinstance(result.sim_stats.get("dma_bytes"), int)
         assert result.sim_stats["dma_bytes"] > 0
 
+    def test_estimate_is_the_profiles_model_without_a_numerics_run(self, relu_task: Task
+                                                                   ) -> None:
+        """The cost-only estimate gives the same modelled time as a full profile, and no
+        simulator counters (the kernel did not run on numerics); static rules still come
+        first."""
+        full = SimBackend().profile(_src("relu_ok.py"), relu_task)
+        cheap = SimBackend().estimate(_src("relu_ok.py"), relu_task)
+        assert cheap.model["time_us"] == full.model["time_us"] > 0
+        assert cheap.model["label"] == "model estimate (trn1), not a measurement"
+        assert cheap.sim_stats == {} and full.sim_stats
+        refused = SimBackend().estimate(_src("imports_torch.py"), relu_task)
+        assert refused.model == {} and "import" in refused.log
+
 
 RELU_SCALAR_BIAS = '''
 import nki

@@ -139,3 +139,28 @@ class TestReportStory:
         assert result.verify is not None
         result.verify.isolation = ["isolation: full"]
         assert "· isolation: full" in render.markdown_report(result)
+
+
+class TestOptimizeChain:
+    def test_every_candidate_is_listed_with_whether_it_was_verified(self) -> None:
+        """A candidate the cost model ranked slower is a row of its own: its modelled time,
+        "not run" for verification, and the reason with both figures."""
+        from nkibot.results import OptimizeStep
+
+        label = "model estimate (trn1), not a measurement"
+        chain = [
+            OptimizeStep(turn=1, time_us=4659.5, source=label, change="first verified kernel",
+                         verified=True, kept=True),
+            OptimizeStep(turn=2, time_us=12112.4, source=label, change="matmul tiling stream",
+                         reason="not verified: modelled slower (12,112 µs against 4,660 µs)"),
+            OptimizeStep(turn=3, change="fold the scale", verified=False,
+                         reason="did not verify"),
+        ]
+        table = render.optimize_table(S.simulated().model_copy(update={"optimize_chain": chain}))
+        rows = table.splitlines()
+        assert rows[0] == "| turn | time (µs) | change | verified | kept |"
+        assert rows[2] == "| 1 | 4659.5 | first verified kernel | yes | yes |"
+        assert rows[3] == ("| 2 | 12112.4 | matmul tiling stream | not run | no: not verified: "
+                           "modelled slower (12,112 µs against 4,660 µs) |")
+        assert rows[4] == "| 3 | - | fold the scale | no | no: did not verify |"
+        assert table.endswith(f"Times: {label}.")

@@ -243,6 +243,14 @@ class NeuronBackend:
                                  log=f"profile failed: {why}\n{log}")
         return profile_result_from(reply, log, self.warmup, self.platform)
 
+    def estimate(self, src: str, task: Task) -> ProfileResult:
+        """The cost model of this device's generation, on the simulator (no device used):
+        candidates are ranked by it; a kept one is still measured here."""
+        from nkibot.backends.sim import SimBackend
+
+        return SimBackend(function=_kernel_name(src), kernel_file=KERNEL_FILE,
+                          platform=self.platform).estimate(src, task)
+
 
 
 def _kernel_name(src: str) -> str | None:

@@ -2,8 +2,11 @@
 
 Each turn gives the model the kernel's time (measured p50 on hardware, else the cost
 model's estimate, labelled) and the model's breakdown: bottleneck engine, utilisation per
-engine, DMA efficiency, the heaviest instructions. A new kernel is kept only if it
-verifies again and is faster; the chain (turn, time, change, kept) goes to the result.
+engine, DMA efficiency, the heaviest instructions. Every candidate is costed first
+(`costfirst`): only one the model ranks faster than the best so far is verified, the
+lowering's variants fastest first. A new kernel is kept only if it verifies again and is
+faster; the chain (turn, time, change, verified, kept) goes to the result, every candidate
+in it, each skipped one with its modelled time and why.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 
 from nkibot.backends.base import KernelBackend
+from nkibot.convert.agent.costfirst import Costs, ModelGate, Skipped, breakdown, modelled_us
 from nkibot.convert.agent.session import Session
 from nkibot.convert.agent.tools import ToolOutcome
 from nkibot.convert.models.base import Message
@@ -28,39 +32,28 @@ def timing(profile: ProfileResult) -> tuple[float, str] | None:
     return None
 
 
-def breakdown(profile: ProfileResult) -> str:
-    """The model's view of where the time goes, for the prompt."""
-    m = profile.model
-    if not m or "time_us" not in m:
-        return ""
-    util = m.get("utilisation")
-    busy = ", ".join(f"{k} {100 * float(v):.0f}%" for k, v in util.items()
-                     ) if isinstance(util, dict) else ""
-    top = m.get("top_ops")
-    ops = "; ".join(f"{o['op']} x{o['instructions']} = {o['busy_us']} us"
-                    for o in top[:4]) if isinstance(top, list) else ""
-    return (f"Bottleneck engine: {m.get('critical_engine')}. Utilisation: {busy}. "
-            f"DMA: {m.get('dma_transfers')} transfers, {m.get('dma_bytes')} bytes, "
-            f"efficiency {m.get('dma_efficiency')}. Roofline fraction "
-            f"{m.get('roofline_fraction')} ({m.get('roofline_bound')}-bound). "
-            f"Heaviest instructions: {ops}.")
-
-
 def ask(time_us: float, source: str, profile: ProfileResult, last: str) -> str:
     return (f"{last}The kernel verified. Its time: {time_us:.1f} us ({source}). "
             f"{breakdown(profile)}\nMake it faster without changing its results: start your "
             "reply with one line `Change: <what you changed>`, then call `verify_kernel` "
-            "with the complete kernel file. A kernel is kept only if it verifies and is faster.")
+            "with the complete kernel file. A kernel is kept only if it verifies and is faster; "
+            "one the cost model ranks slower is not verified.")
 
 
-async def _time(backend: KernelBackend, code: str, state: Session
+async def _time(backend: KernelBackend, costs: Costs, code: str, state: Session
                 ) -> tuple[float, str, ProfileResult] | None:
+    """The time a kept kernel is compared on: measured on hardware, else the model's.
+
+    Off hardware that is the cost-only estimate the gate already made (same inputs and
+    model as a profile, no numerics run): the final profile runs once, after the phase.
+    """
     try:
-        profile = await asyncio.to_thread(backend.profile, code, state.task)
+        profile = (await costs.of(code) if not backend.is_hardware
+                   else await asyncio.to_thread(backend.profile, code, state.task))
     except Exception:  # no timing means no comparison: the candidate is not kept
         return None
-    got = timing(profile)
-    return None if got is None else (got[0], got[1], profile)
+    got = None if profile is None else timing(profile)
+    return None if got is None or profile is None else (got[0], got[1], profile)
 
 
 def _change(text: str) -> str:
@@ -74,23 +67,54 @@ def _verified(outcomes: list[ToolOutcome]) -> ToolOutcome | None:
     return next((o for o in reversed(outcomes) if o.code is not None and o.verified), None)
 
 
+def _skipped(outcomes: list[ToolOutcome]) -> Skipped | None:
+    return next((o.skipped for o in reversed(outcomes) if o.skipped is not None), None)
+
+
+async def _rank_variants(state: Session, costs: Costs) -> None:
+    """Offer a deterministic backend's queued variants fastest first, by modelled time."""
+    current = state.router.current
+    queued = current.queued_variants
+    if len(queued) > 1:
+        current.reorder_variants(await costs.fastest_first(queued))
+
+
 async def run(state: Session, backend: KernelBackend, turns: int) -> list[OptimizeStep]:
     """Up to `turns` optimize turns from the verified `state.best`; the chain they made."""
     if turns <= 0 or state.best is None or not state.best.verified or state.best.code is None:
         return []
     current = state.router.current
-    if current.deterministic and not current.variants_left:
+    deterministic = current.deterministic
+    if deterministic and not current.variants_left:
         return []  # a deterministic backend with no other tiling would repeat itself
-    timed = await _time(backend, state.best.code, state)
+    costs = Costs(backend, state.task)
+    timed = await _time(backend, costs, state.best.code, state)
     if timed is None:
         return []
     best_us, source, profile = timed
     chain = [OptimizeStep(turn=state.budget_turns, time_us=round(best_us, 3), source=source,
-                          change="first verified kernel", kept=True)]
-    note = ""
-    for _ in range(turns):
-        if state.optimize_stop():
-            break
+                          change="first verified kernel", verified=True, kept=True)]
+    best_model = modelled_us(await costs.of(state.best.code))
+    gate = None if best_model is None else ModelGate(costs, best_model)
+    state.runner.gate = gate
+    try:
+        if gate is not None:
+            await _rank_variants(state, costs)
+        await _turns(state, backend, costs, gate, turns, deterministic, chain,
+                     (best_us, source, profile))
+    finally:
+        state.runner.gate = None
+    return chain
+
+
+async def _turns(state: Session, backend: KernelBackend, costs: Costs, gate: ModelGate | None,
+                 turns: int, deterministic: bool, chain: list[OptimizeStep],
+                 best: tuple[float, str, ProfileResult]) -> None:
+    """The phase's turns. A deterministic backend's skipped candidate costs no turn: it
+    cost no tokens and no verification, and its queue of variants is finite."""
+    best_us, source, profile = best
+    note, spent = "", 0
+    while spent < turns and not state.optimize_stop():
         _append_user(state, ask(best_us, source, profile, note))
         # Optimize turns are numbered and counted even when a precursor found the kernel.
         turn = state.begin_turn(precursor=False)
@@ -108,29 +132,39 @@ async def run(state: Session, backend: KernelBackend, turns: int) -> list[Optimi
         state.best = kept_best  # only a faster verified kernel replaces it, below
         state.conversation.messages.append(answer)
         state.finish_turn(turn, reply, outcomes)
-        step, note, new = await _judge(state, backend, outcomes, best_us, reply.text)
+        step, note, new = await _judge(state, backend, costs, outcomes, best_us, reply.text)
         chain.append(step)
+        spent += 0 if deterministic and _skipped(outcomes) is not None else 1
         if new is not None:
             state.best, best_us, source, profile = new
-    return chain
+            if gate is not None:
+                gate.best_us = modelled_us(await costs.of(new[0].code or "")) or gate.best_us
 
 
-async def _judge(state: Session, backend: KernelBackend, outcomes: list[ToolOutcome],
-                 best_us: float, text: str
+async def _judge(state: Session, backend: KernelBackend, costs: Costs,
+                 outcomes: list[ToolOutcome], best_us: float, text: str
                  ) -> tuple[OptimizeStep, str, tuple[ToolOutcome, float, str,
                                                      ProfileResult] | None]:
     change, number = _change(text), state.budget_turns
     cand = _verified(outcomes)
+    skipped = _skipped(outcomes)
+    if cand is None and skipped is not None:
+        label = str(skipped.profile.model.get("label", "model estimate"))
+        return (OptimizeStep(turn=number, time_us=round(skipped.time_us, 3), source=label,
+                             change=change, verified=None, reason=skipped.reason),
+                f"Your last candidate was {skipped.reason}; the previous kernel stays. ", None)
     if cand is None or cand.code is None:
         why = "did not verify"
-        return (OptimizeStep(turn=number, change=change, reason=why),
+        return (OptimizeStep(turn=number, change=change, verified=False, reason=why),
                 f"Your last candidate {why}; the previous kernel stays. ", None)
-    timed = await _time(backend, cand.code, state)
+    timed = await _time(backend, costs, cand.code, state)
     if timed is None:
-        return (OptimizeStep(turn=number, change=change, reason="could not be timed"),
+        return (OptimizeStep(turn=number, change=change, verified=True,
+                             reason="could not be timed"),
                 "Your last candidate could not be timed. ", None)
     us, source, profile = timed
-    step = OptimizeStep(turn=number, time_us=round(us, 3), source=source, change=change)
+    step = OptimizeStep(turn=number, time_us=round(us, 3), source=source, change=change,
+                        verified=True)
     if us >= best_us:
         step.reason = f"not faster: {us:.1f} us vs {best_us:.1f} us"
         return step, f"Your last candidate verified but was {step.reason}. ", None

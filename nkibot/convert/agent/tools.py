@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from nkibot.backends.base import KernelBackend
 from nkibot.convert.agent import feedback, knowledge
+from nkibot.convert.agent.costfirst import Gate, Skipped, breakdown
 from nkibot.results import CompileResult, ToolCallRecord, VerifyResult
 from nkibot.task import Task
 from nkibot.verify.guards import jit_functions
@@ -39,6 +40,8 @@ class ToolOutcome:
     verify: VerifyResult | None = None
     #: The call's arguments, as the transcript records them.
     arguments: dict[str, object] = field(default_factory=dict)
+    #: Set when the candidate was not verified because the cost model ranks it slower.
+    skipped: Skipped | None = None
 
     @property
     def compiled(self) -> bool | None:
@@ -73,6 +76,8 @@ class ToolRunner:
     reference: ReferenceSet
     _compiled: dict[str, CompileResult] = field(default_factory=dict)
     _verified: dict[str, VerifyResult] = field(default_factory=dict)
+    #: The optimize phase's cost-first gate: asked before a candidate is compiled or verified.
+    gate: Gate | None = None
 
     async def run(self, name: str, arguments: dict[str, object]) -> ToolOutcome:
         if name == "lookup_nki":
@@ -99,6 +104,13 @@ class ToolRunner:
                            compile=result)
 
     async def verify(self, code: str) -> ToolOutcome:
+        skipped = None if self.gate is None or code in self._verified else await self.gate(code)
+        if skipped is not None:
+            label = skipped.profile.model.get("label", "model estimate")
+            text = (f"{skipped.reason}, {label}; the previous kernel stays. "
+                    f"Its profile: {breakdown(skipped.profile)}")
+            return ToolOutcome("verify_kernel", text.strip(), is_error=True, code=code,
+                               skipped=skipped)
         compiled = await self.compile(code)
         if compiled.compile is not None and not compiled.compile.ok:
             compiled.name = "verify_kernel"

@@ -103,6 +103,15 @@ class ModelBackend(Protocol):
         """Other kernels it can still offer in the optimize phase (deterministic ones)."""
         ...
 
+    @property
+    def queued_variants(self) -> list[str]:
+        """The sources of those variants, in the order they will be offered."""
+        ...
+
+    def reorder_variants(self, sources: list[str]) -> None:
+        """Offer the queued variants in this order (the optimize phase: fastest first)."""
+        ...
+
     async def turn(self, conversation: Conversation) -> ModelReply: ...
 
     async def preflight(self, task: Task) -> str | None:
@@ -129,6 +138,13 @@ class ModelBackendBase:
     @property
     def variants_left(self) -> int:
         return 0
+
+    @property
+    def queued_variants(self) -> list[str]:
+        return []
+
+    def reorder_variants(self, sources: list[str]) -> None:
+        return None
 
     async def preflight(self, task: Task) -> str | None:
         return None

@@ -78,6 +78,13 @@ def run_kernel(request: dict[str, Any]) -> KernelReply:
         _run_on_neuron(request, reply)
         reply["ok"] = reply["error"] is None
         return reply
+    if request.get("cost_only"):
+        # Ranking a candidate before any verification: the cost model alone (cost-only
+        # mode, no matmul arithmetic), on the inputs a profile uses, so the figures agree.
+        reply["model"] = _model(request, str(request.get("cost_model") or "trn1"))
+        reply["error"] = reply["model"].get("error")
+        reply["ok"] = reply["error"] is None
+        return reply
     try:
         from nkibot.sim import activate
     except ImportError as exc:

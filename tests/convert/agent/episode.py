@@ -6,6 +6,7 @@ The task and its reference are computed once per session through the real harnes
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from pydantic import SecretStr
 from nkibot.config.settings import Settings
 from nkibot.results import KernelArg
 from nkibot.task import Task
+from nkibot.verify.sandbox import SandboxOutcome, run_sandboxed
 from tests.fakes.anthropic import AnthropicDouble
 
 REFERENCE = '''import torch
@@ -84,6 +86,23 @@ MEMORY_HOG = GOOD.replace("    N, D = x.shape\n",
 
 #: Turn 3: compiles, but scales by 3 instead of 2.
 NUMERIC_BUG = GOOD.replace("operand0=2.0", "operand0=3.0")
+
+
+class Children:
+    """The real sandbox runner, recording which kernel sources each child op ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[str, str]] = []
+
+    def __call__(self, argv: list[str], stdin: bytes, **kw: Any) -> SandboxOutcome:
+        request = json.loads(stdin)
+        op = ("verify" if "order" in request else "cost" if request.get("cost_only")
+              else "profile" if "cost_model" in request else "compile")
+        self.ran.append((op, request.get("source", "")))
+        return run_sandboxed(argv, stdin, **kw)
+
+    def ops(self, source: str) -> list[str]:
+        return [op for op, src in self.ran if src == source]
 
 
 @dataclass

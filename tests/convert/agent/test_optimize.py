@@ -1,22 +1,25 @@
-"""The optimize phase, end to end: the real SDK against the Messages double, kernels verified
-and timed (cost model) by the real simulator backend."""
+"""The optimize phase, end to end: the real SDK against the Messages double, kernels costed,
+verified and timed (cost model) by the real simulator backend in its sandboxed children."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from nkibot.backends.sim import SimBackend
 from nkibot.config.settings import Settings
 from nkibot.convert.agent.loop import run_loop
 from nkibot.convert.models.anthropic import AnthropicBackend
 from nkibot.convert.models.router import Router
-from tests.convert.agent.episode import GOOD, NUMERIC_BUG, SimTask
-from tests.fakes.anthropic import AnthropicDouble, tool_reply
+from tests.convert.agent.episode import GOOD, NUMERIC_BUG, Children, SimTask
+from tests.fakes.anthropic import AnthropicDouble, text_reply, tool_reply
 
 #: Verifies, but every iteration reuses one set of tiles: iterations serialise (WAR).
 _LOOP = "    for i in nl.affine_range(N // P):\n"
 _TILE = "        t = nl.ndarray((P, D), dtype=x.dtype, buffer=nl.sbuf)\n"
 SLOW = GOOD.replace(_LOOP + _TILE, _TILE[4:] + _LOOP)
+#: SLOW again, as a new candidate (a different source, the same instructions).
+SLOW_AGAIN = SLOW.replace("@nki.jit", "# one tile for every iteration\n@nki.jit")
 
 
 def _asks_for_speed(reply: dict[str, Any], *fragments: str) -> Callable[[dict[str, Any]], Any]:
@@ -41,43 +44,72 @@ async def _run(sim_task: SimTask, backend: Any, settings: Settings, **kw: Any) -
         await router.aclose()
 
 
-async def test_slow_then_faster_then_wrong_publishes_the_faster(
-        anthropic_double: AnthropicDouble, sim_task: SimTask, sim_backend: Any,
+def _text_of(body: dict[str, Any]) -> str:
+    content = body["messages"][-1]["content"]
+    return "\n".join(b.get("text") or str(b.get("content", "")) for b in content)
+
+
+async def test_candidates_are_costed_first_and_only_faster_ones_verified(
+        anthropic_double: AnthropicDouble, sim_task: SimTask,
         claude_settings: Callable[..., Settings]) -> None:
-    assert SLOW != GOOD
+    """SLOW verifies first. Then: a wrong kernel the model ranks faster (verified, fails), the
+    fast kernel (verified, kept), and SLOW again, which the model ranks slower than the kept
+    kernel: answered with its modelled time and profile, never compiled nor verified."""
+    seen: list[str] = []
+
+    def after_skip(body: dict[str, Any]) -> dict[str, Any]:
+        seen.append(_text_of(body))
+        return text_reply("Nothing faster to offer.")
+
     anthropic_double.enqueue(
         tool_reply("verify_kernel", {"code": SLOW}),
-        _asks_for_speed(tool_reply("verify_kernel", {"code": GOOD},
-                                   text="Change: fresh tiles per iteration so loads overlap")),
         _asks_for_speed(tool_reply("verify_kernel", {"code": NUMERIC_BUG},
-                                   text="Change: fold the scale"), "was kept"),
+                                   text="Change: fresh tiles, and fold the scale")),
+        _asks_for_speed(tool_reply("verify_kernel", {"code": GOOD},
+                                   text="Change: fresh tiles per iteration so loads overlap"),
+                        "did not verify"),
+        _asks_for_speed(tool_reply("verify_kernel", {"code": SLOW_AGAIN},
+                                   text="Change: one tile again"), "was kept"),
+        after_skip,
     )
-    outcome = await _run(sim_task, sim_backend, claude_settings(), optimize_turns=2)
-    assert outcome.status == "verified"
-    assert outcome.best_source == GOOD  # the second kernel: verified and faster
+    children = Children()
+    outcome = await _run(sim_task, SimBackend(runner=children), claude_settings(),
+                         optimize_turns=4)
+    assert outcome.status == "verified" and outcome.best_source == GOOD
     chain = outcome.optimize_chain
-    assert [s.kept for s in chain] == [True, True, False]
-    assert chain[0].change == "first verified kernel"
-    assert chain[1].change == "fresh tiles per iteration so loads overlap"
-    assert chain[0].time_us is not None and chain[1].time_us is not None
-    assert chain[1].time_us < chain[0].time_us
-    assert chain[2].reason == "did not verify" and chain[2].time_us is None
-    assert all(s.source == "model estimate (trn1), not a measurement" for s in chain[:2])
-    assert [t.turn for t in outcome.transcript] == [1, 2, 3]
-    assert len(anthropic_double.requests) == 3
+    assert [(s.verified, s.kept) for s in chain] == [
+        (True, True), (False, False), (True, True), (None, False), (False, False)]
+    first_us, kept_us, skipped_us = chain[0].time_us, chain[2].time_us, chain[3].time_us
+    assert first_us is not None and kept_us is not None and kept_us < first_us
+    assert chain[1].reason == "did not verify"
+    # The skipped candidate: its modelled time (SLOW's, as the first kernel's) and why.
+    assert skipped_us == first_us
+    assert chain[3].reason == (f"not verified: modelled slower ({first_us:.1f} µs against "
+                               f"{kept_us:.1f} µs)")
+    assert chain[3].source == "model estimate (trn1), not a measurement"
+    # Costed once, never compiled, never verified; the verified ones were costed first.
+    assert children.ops(SLOW_AGAIN) == ["cost"]
+    assert children.ops(NUMERIC_BUG)[:1] == ["cost"] and "verify" in children.ops(NUMERIC_BUG)
+    assert children.ops(GOOD)[:1] == ["cost"] and children.ops(GOOD).count("verify") == 2
+    # The model got the skip back in the loop, with the candidate's profile.
+    assert "not verified: modelled slower" in seen[0] and "Bottleneck engine" in seen[0]
+    assert "Its profile:" in seen[0]
 
 
-async def test_a_slower_kernel_is_not_kept_and_zero_turns_is_off(
-        anthropic_double: AnthropicDouble, sim_task: SimTask, sim_backend: Any,
+async def test_a_slower_kernel_is_not_verified_and_zero_turns_is_off(
+        anthropic_double: AnthropicDouble, sim_task: SimTask,
         claude_settings: Callable[..., Settings]) -> None:
     anthropic_double.enqueue(
         tool_reply("verify_kernel", {"code": GOOD}),
         _asks_for_speed(tool_reply("verify_kernel", {"code": SLOW}, text="Change: reuse")),
     )
-    outcome = await _run(sim_task, sim_backend, claude_settings(), optimize_turns=1)
+    children = Children()
+    outcome = await _run(sim_task, SimBackend(runner=children), claude_settings(),
+                         optimize_turns=1)
     assert outcome.best_source == GOOD
     assert [s.kept for s in outcome.optimize_chain] == [True, False]
-    assert outcome.optimize_chain[1].reason.startswith("not faster")
+    assert outcome.optimize_chain[1].reason.startswith("not verified: modelled slower (")
+    assert children.ops(SLOW) == ["cost"]
     anthropic_double.enqueue(tool_reply("verify_kernel", {"code": SLOW}))
-    off = await _run(sim_task, sim_backend, claude_settings(), optimize_turns=0)
+    off = await _run(sim_task, SimBackend(), claude_settings(), optimize_turns=0)
     assert off.best_source == SLOW and off.optimize_chain == []

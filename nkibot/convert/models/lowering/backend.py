@@ -79,6 +79,16 @@ class LoweringBackend(ModelBackendBase):
         """Tilings not offered yet: the optimize phase asks for them, timing each."""
         return len(self._variants)
 
+    @property
+    def queued_variants(self) -> list[str]:
+        """The sources of the tilings not offered yet, in the order they will be."""
+        return [v.source for v in self._variants]
+
+    def reorder_variants(self, sources: list[str]) -> None:
+        """Offer the queued tilings in this order (the optimize phase: fastest first)."""
+        rank = {s: i for i, s in enumerate(sources)}
+        self._variants.sort(key=lambda v: rank.get(v.source, len(rank)))
+
     async def turn(self, conversation: Conversation) -> ModelReply:
         if _tried_before(conversation) and self._variants:
             variant = self._variants.pop(0)
