@@ -15,7 +15,8 @@ suite goes on.
 `--estimate` lowers each task and times the kernel with the cost model on zero inputs
 (no verification, seconds per task): the roofline fractions of what the lowering emits.
 
-`--max-input-elements N` converts a shrunk copy of each file (`bench/shrink.py`: its
+`--max-input-elements N` (with `--count-weights`, the model's weights together count as
+one more input: level 3) converts a shrunk copy of each file (`bench/shrink.py`: its
 top-level size constants halved until every input has at most N elements; the file
 itself is untouched); a task that cannot shrink that far is reported as `too_big` and
 left out of the coverage columns. For every verified kernel the suite also reports the
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/shrink.py, run as a script
+import shrink
 from shrink import meta_task, minimum_bytes, operator_flops, shrink_source
 
 #: torch.fx tracing keeps process-global state: in-process lowerings run one at a time.
@@ -366,10 +368,14 @@ def main(argv: list[str] | None = None) -> int:
                              "(trn1 model estimate, roofline fraction), no verification")
     parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                         help="print the table of earlier --json files (later ones win)")
+    parser.add_argument("--count-weights", action="store_true",
+                        help="with --max-input-elements: the model's weights, all together, "
+                             "must fit N elements too (KernelBench level 3 networks)")
     parser.add_argument("--max-input-elements", type=int, default=None, metavar="N",
                         help="convert a copy with size constants halved until every input "
                              "has at most N elements (e.g. 4194304 for the simulator)")
     args = parser.parse_args(argv)
+    shrink.COUNT_WEIGHTS, shrink.ENTRY = args.count_weights, args.entry
     if not Path(args.dir).is_dir():
         parser.error(f"{args.dir} is not a folder")
     if args.merge:

@@ -1,5 +1,7 @@
 """Shrink a KernelBench-format task's inputs to at most N elements each, in memory.
 
+With `COUNT_WEIGHTS` the model's weights, all together, must fit N elements too.
+
 KernelBench level-1 inputs reach billions of elements; the CPU simulator runs a few
 million. `shrink_source` halves the file's top-level integer constants (`batch_size = 16`,
 `input_shape = (4096,)`, `M = 1024 * 2`), the largest one that makes an input smaller
@@ -18,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-Const = int | tuple[int, ...]
+Const = int | tuple[int, ...] | list[int]
 
 
 @dataclass
@@ -49,9 +51,11 @@ def _constants(tree: ast.Module, namespace: dict[str, Any]) -> dict[str, Const]:
             value = namespace.get(stmt.targets[0].id)
             if isinstance(value, int) and not isinstance(value, bool):
                 found[stmt.targets[0].id] = value
-            elif isinstance(value, tuple) and value and all(
+            elif isinstance(value, tuple | list) and value and all(
                     isinstance(v, int) and not isinstance(v, bool) for v in value):
-                found[stmt.targets[0].id] = tuple(value)
+                # a list stays a list (level 3's `layer_sizes = [400, 800]` is concatenated)
+                found[stmt.targets[0].id] = tuple(value) if isinstance(value, tuple) else list(
+                    value)
     return found
 
 
@@ -63,6 +67,13 @@ def _render(tree: ast.Module, values: dict[str, Const]) -> str:
     return ast.unparse(tree) + "\n"
 
 
+#: Also count the model's parameters and buffers, all together, as one more "input" (set
+#: by `convert_suite.py --count-weights`): KernelBench level 3 networks' weights, not their
+#: inputs, are what fill the simulator.
+COUNT_WEIGHTS = False
+ENTRY = "Model"
+
+
 def _sizes(source: str) -> tuple[list[int], dict[str, Any]]:
     import torch
 
@@ -71,7 +82,12 @@ def _sizes(source: str) -> tuple[list[int], dict[str, Any]]:
         exec(compile(source, "<shrink>", "exec"), namespace)
         get_inputs = namespace.get("get_inputs")
         values = list(get_inputs()) if callable(get_inputs) else []
-    sizes = [math.prod(v.shape) for v in values if isinstance(v, torch.Tensor)]
+        sizes = [math.prod(v.shape) for v in values if isinstance(v, torch.Tensor)]
+        if COUNT_WEIGHTS and callable(namespace.get(ENTRY)):
+            get_init = namespace.get("get_init_inputs")
+            model = namespace[ENTRY](*(get_init() if callable(get_init) else []))
+            if isinstance(model, torch.nn.Module):
+                sizes.append(sum(math.prod(t.shape) for t in model.state_dict().values()))
     return sizes, namespace
 
 
@@ -80,7 +96,7 @@ def _halve(value: Const, index: int) -> Const:
         return max(1, (value + 1) // 2)
     items = list(value)
     items[index] = max(1, (items[index] + 1) // 2)
-    return tuple(items)
+    return items if isinstance(value, list) else tuple(items)
 
 
 def _slots(values: dict[str, Const]) -> list[tuple[int, str, int]]:

@@ -1,0 +1,71 @@
+"""bench/shrink.py: inputs shrink to the budget; with COUNT_WEIGHTS the weights do too, and
+list-valued size constants (level 3's `layer_sizes = [...]`) shrink and stay lists."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+def _load() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "bench" / "shrink.py"
+    spec = importlib.util.spec_from_file_location("bench_shrink", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_shrink"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+SHRINK = _load()
+
+MLP = '''import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self, input_size, layer_sizes, output_size):
+        super().__init__()
+        sizes = [input_size] + layer_sizes + [output_size]
+        self.net = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])])
+
+    def forward(self, x):
+        return self.net(x)
+
+
+batch_size = 4
+input_size = 2048
+layer_sizes = [4096, 4096]
+output_size = 1024
+
+
+def get_inputs():
+    return [torch.rand(batch_size, input_size)]
+
+
+def get_init_inputs():
+    return [input_size, layer_sizes, output_size]
+'''
+
+
+@pytest.fixture
+def count_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SHRINK, "COUNT_WEIGHTS", True)
+
+
+def test_inputs_only_by_default() -> None:
+    shrunk = SHRINK.shrink_source(MLP, 1 << 20)
+    assert shrunk.fits and shrunk.changed == {}  # the 4 x 2048 input already fits
+
+
+@pytest.mark.usefixtures("count_weights")
+def test_weights_counted_and_lists_shrunk() -> None:
+    shrunk = SHRINK.shrink_source(MLP, 1 << 20)
+    assert shrunk.fits and "layer_sizes" in shrunk.changed
+    assert "layer_sizes = [" in shrunk.source  # still a list: `[input_size] + layer_sizes`
+    sizes, _ = SHRINK._sizes(shrunk.source)
+    assert sizes[-1] <= 1 << 20  # the weights, all together
