@@ -11,6 +11,7 @@ never an exception. Figures from here are never latencies.
 
 from __future__ import annotations
 
+import ast
 import tempfile
 import time
 from collections.abc import Callable
@@ -39,9 +40,25 @@ class KernelSourceError(ValueError):
 
 
 def resolve_function(src: str, function: str | None) -> str:
-    """The kernel function to call: the given one, else the file's only `@nki.jit` one."""
+    """The kernel function to call: the given one, else the file's only `@nki.jit` one.
+
+    A file that does not parse says where (not "no @nki.jit function found"), and a named
+    function the file does not define is refused here, before anything runs.
+    """
+    try:
+        module = ast.parse(src)
+    except SyntaxError as exc:
+        where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
+        raise KernelSourceError(f"the kernel file does not parse: {exc.msg} at {where}"
+                                ) from exc
     found = jit_functions(src)
     if function is not None:
+        defined = {s.name for s in module.body if isinstance(s, ast.FunctionDef)}
+        if function not in defined:
+            have = f"its @nki.jit functions: {', '.join(found)}" if found else (
+                "it has no @nki.jit function")
+            raise KernelSourceError(f"the kernel file defines no function `{function}` "
+                                    f"({have})")
         return function
     if len(found) == 1:
         return found[0]

@@ -66,6 +66,10 @@ def parse_shape(text: str) -> ShapeOverride:
         raise TargetError(f"`{text}` is not `NAME=DIMSxDTYPE` (for example `x=4x128xbf16`)")
     tokens = spec.lower().split("x")
     dtype = "float32"
+    if tokens and tokens[-1][:1].isdigit() and not tokens[-1].isdigit():
+        # `128by256`: a dim mistyped, not a dtype
+        raise TargetError(f"`{tokens[-1]}` in `{text}` is not a dim: separate dims with `x` "
+                          "and end with an optional dtype, for example `x=128x256xfloat32`")
     if tokens and not tokens[-1].isdigit():
         dtype_name = tokens.pop()
         if dtype_name not in DTYPES:

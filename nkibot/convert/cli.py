@@ -70,12 +70,12 @@ def _where(result: ConversionResult) -> str:
 def summary_lines(result: ConversionResult, written: list[Path],
                   host_isolation: str | None = None) -> list[str]:
     """The human summary printed on stdout (pure). `host_isolation`: this host's sandbox,
-    said when the result has none (nothing ran in the sandbox)."""
+    said when the result carries none (no kernel was verified)."""
     from nkibot.github.render import isolation_of
     from nkibot.results import worst_error
 
     isolation = isolation_of(result) or (
-        f"{host_isolation} (this host; nothing ran in the sandbox)" if host_isolation else "")
+        f"{host_isolation} (this host's sandbox)" if host_isolation else "")
     lines = [f"{result.status.upper()}: {result.target} ({_where(result)})",
              f"model: {result.model} · turns: {result.turns} · tokens: {result.tokens.total}"
              f" · {result.seconds:.1f} s" + (f" · isolation: {isolation}" if isolation else "")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,9 +21,13 @@ from nkibot.results import (
     Diagnostic,
     KernelInfo,
     Status,
+    TrialStats,
     VerifyResult,
 )
 from nkibot.task import Task
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 MODEL = "none (hand-written kernel)"
 
@@ -105,9 +109,35 @@ def _backend(name: str, function: str, kernel_file: str, platform: str) -> Kerne
     return select_backend("neuron")
 
 
+def trials_table(trials: list[TrialStats]) -> Table:
+    """One row per trial (and output, when there are several); figures are kept whole and
+    words fold onto more lines, so nothing is cut at 80 columns. The dtype column shows
+    only when a dtype is wrong."""
+    from rich import box
+    from rich.table import Table
+
+    outputs = len({t.output for t in trials}) > 1
+    dtypes = not all(t.dtype_ok for t in trials)
+    heads = ["trial", *(["output"] if outputs else []), "seed", "inputs", "ok", "max abs",
+             "max rel", "wrong", "nan/inf", *(["dtype"] if dtypes else [])]
+    table = Table(box=box.SIMPLE_HEAD)
+    for head in heads:
+        whole = head not in ("inputs", "dtype")
+        table.add_column(head, overflow="fold", no_wrap=whole,
+                         min_width=len(head) if whole else None)
+    for t in trials:
+        dtype = [t.actual_dtype if t.dtype_ok else
+                 f"[red]{t.actual_dtype}[/] (want {t.expected_dtype})"] if dtypes else []
+        table.add_row(str(t.trial), *([str(t.output)] if outputs else []),
+                      "-" if t.seed is None else str(t.seed), t.label.split(",")[0],
+                      "yes" if t.passed else "[red]no[/]", f"{t.max_abs_error:.2g}",
+                      f"{t.max_rel_error:.2g}", f"{t.mismatched}/{t.total}",
+                      f"{t.nan_count}/{t.inf_count}", *dtype)
+    return table
+
+
 def _print_table(result: ConversionResult) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     colour = {"verified": "green", "compiled": "yellow"}.get(result.status, "red")
@@ -116,16 +146,7 @@ def _print_table(result: ConversionResult) -> None:
     console.print(f"[bold {colour}]{result.status}[/] {result.target} with "
                   f"{result.kernel.path if result.kernel else '?'} on {where}")
     if result.verify is not None and result.verify.trials:
-        table = Table("trial", "seed", "inputs", "ok", "max abs", "max rel", "mismatched",
-                      "nan/inf", "dtype")
-        for t in result.verify.trials:
-            dtype = t.actual_dtype if t.dtype_ok else f"[red]{t.actual_dtype}[/] (want " \
-                f"{t.expected_dtype})"
-            table.add_row(f"{t.trial}.{t.output}", str(t.seed), t.label.split(",")[0],
-                          "yes" if t.passed else "[red]no[/]", f"{t.max_abs_error:.2g}",
-                          f"{t.max_rel_error:.2g}", f"{t.mismatched}/{t.total}",
-                          f"{t.nan_count}/{t.inf_count}", dtype)
-        console.print(table)
+        console.print(trials_table(result.verify.trials))
     for reason in result.reasons:
         console.print(f"  [red]x[/] {reason}", markup=True, highlight=False)
 
@@ -170,7 +191,10 @@ def verify(
         overrides = [parse_shape(s) for s in shape or []]
         task = load_task(ref_path, name, shapes=overrides or None, display_path=str(ref_path),
                          compile_timeout_s=settings.compile_timeout_s)
-    except (OSError, TaskLoadError, ValueError, KernelSourceError) as exc:
+    except KernelSourceError as exc:
+        typer.echo(f"cannot verify {target}: {kernel_path}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except (OSError, TaskLoadError, ValueError) as exc:
         typer.echo(f"cannot verify {target}: {exc}", err=True)
         raise typer.Exit(2) from exc
     task = task.model_copy(update={"seeds": list(range(trials))})

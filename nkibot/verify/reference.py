@@ -32,6 +32,8 @@ import numpy as np
 
 from nkibot.task import Task
 from nkibot.verify.client import run_harness
+from nkibot.verify.hints import explain
+from nkibot.verify.launch import Limits
 from nkibot.verify.protocol import (
     LOW_PRECISION,
     NUMPY_DTYPES,
@@ -190,7 +192,8 @@ def compute_reference(task: Task, *, timeout_s: float = 120.0,
         reply = run_harness(request, timeout_s=timeout_s, memory_mb=memory_mb,
                             extra_env=harness_env(task), confinement=confinement)
         if reply.response is None or not reply.response.get("ok"):
-            raise ReferenceRunError(f"{task.entry_point}: {reply.failure()}")
+            raise ReferenceRunError(f"{task.entry_point}: " + explain(
+                reply.failure(), memory_mb, Limits.fsize_mb))
         _seal(root, expected_root)
         trials = [_trial(i, t, root / "inputs", expected_root)
                   for i, t in enumerate(reply.response["trials"])]

@@ -183,7 +183,7 @@ class TestSummaryHonesty:
         assert "SIMULATED" not in lines[0] and "on none" not in lines[0]
         assert lines[0] == ("FAILED: m.py::M (no kernel was run, on a simulator or a device; "
                             "checked for trn1)")
-        assert "isolation: full (this host; nothing ran in the sandbox)" in lines[1]
+        assert "isolation: full (this host's sandbox)" in lines[1]
 
     def test_stress_error_names_its_trial_and_relative_error(self) -> None:
         """bf16 at x + 100 has steps of 0.5: the summary and the progress line name the

@@ -113,3 +113,39 @@ class TestVerdict:
         failed = VerifyResult(passed=False, reasons=["guard:nondeterministic"])
         assert verdict(ok, failed) == ("compiled", ["guard:nondeterministic"])
         assert verdict(ok, VerifyResult(passed=True)) == ("verified", [])
+
+
+class TestMisleadingErrors:
+    def test_syntax_error_names_the_error_and_its_line(self, tmp_path: Path) -> None:
+        """A kernel file that does not parse says so, with the line; not 'no @nki.jit'."""
+        kernel = tmp_path / "k.py"
+        kernel.write_text("import nki\n\n@nki.jit\ndef k(x):\n    return x +\n")
+        result = CliRunner().invoke(app, ["verify", TARGET, "--kernel", str(kernel)])
+        assert result.exit_code == 2
+        assert "does not parse: invalid syntax at line 5" in result.stderr
+        assert "no @nki.jit" not in result.stderr
+
+    def test_unknown_function_is_a_usage_error(self) -> None:
+        """KERNEL.py::nope is refused before anything runs (exit 2), naming what exists."""
+        result = CliRunner().invoke(app, ["verify", TARGET, "--kernel",
+                                          f"{KERNELS / 'relu_ok.py'}::nope", "--json"])
+        assert result.exit_code == 2 and result.stdout == ""
+        assert "defines no function `nope`" in result.stderr
+
+    def test_mistyped_dims_are_not_called_a_dtype(self) -> None:
+        result = CliRunner().invoke(app, ["verify", TARGET, "--kernel",
+                                          str(KERNELS / "relu_ok.py"), "--shape", "x=128by256"])
+        assert result.exit_code == 2
+        assert "`128by256` in `x=128by256` is not a dim" in result.stderr
+        assert "dtype `128by256`" not in result.stderr
+
+
+class TestTable:
+    def test_trials_are_ints_and_nothing_is_cut_at_80_columns(self) -> None:
+        result = CliRunner().invoke(app, ["verify", TARGET, "--kernel",
+                                          str(KERNELS / "relu_ok.py")], env={"COLUMNS": "80"})
+        assert result.exit_code == 0, result.output
+        rows = [ln.split() for ln in result.stdout.splitlines() if ln.strip()[:1].isdigit()]
+        assert [r[0] for r in rows[:5]] == ["0", "1", "2", "3", "4"]
+        assert "…" not in result.stdout
+        assert max(len(ln) for ln in result.stdout.splitlines()) <= 80
