@@ -141,7 +141,26 @@ def write_local_outputs(result: ConversionResult, task: Task, out_dir: Path) -> 
                 init_args=task.init_args, tolerance=_tolerance(result, task),
             ), encoding="utf-8")
             written.append(test_file)
+            written += _isolating_ini(out_dir)
     report = out_dir / "report.md"
     report.write_text(markdown_report(result), encoding="utf-8")
     written.append(report)
     return written
+
+
+#: pytest takes the first pytest.ini it finds from the tests' folder upward, so this one
+#: stands in for the enclosing project's configuration when the tests are run by path.
+ISOLATING_INI = """# Written by nkibot: the generated tests need no pytest plugin or option, and the
+# enclosing project's pytest configuration (pytest-asyncio modes, --strict-config,
+# filterwarnings = error) must not break them. Run: pytest <this folder>
+[pytest]
+"""
+
+
+def _isolating_ini(out_dir: Path) -> list[Path]:
+    """A `pytest.ini` in the output folder, unless one is there already (it is kept)."""
+    ini = out_dir / "pytest.ini"
+    if ini.exists():
+        return []
+    ini.write_text(ISOLATING_INI, encoding="utf-8")
+    return [ini]

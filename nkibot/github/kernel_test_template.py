@@ -11,6 +11,12 @@ Runs the kernel on a Neuron device when the official `nki` package and a device 
 present; otherwise in a simulator through `nki.simulate` (nkibot's CPU simulator when the
 official package is not installed).
 Calling convention: {{CONVENTION}}
+
+Self-contained: it needs numpy, torch and pytest, and no pytest plugin or configuration.
+Run it with `pytest <its folder>`; where nkibot wrote it locally, a `pytest.ini` in the
+output folder keeps the enclosing project's pytest configuration (plugins such as
+pytest-asyncio, strict options) out. Anywhere else whose configuration gets in the way:
+`pytest -c /dev/null --rootdir <its folder> <this file>`.
 """
 
 from __future__ import annotations

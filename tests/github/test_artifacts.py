@@ -88,7 +88,7 @@ class TestLocalOutputs:
         written = write_local_outputs(relu_result(), relu_task(), tmp_path)
         names = sorted(p.relative_to(tmp_path).as_posix() for p in written)
         assert names == ["nki_kernels/relu_ref_model_nki.py",
-                         "nki_kernels/test_relu_ref_model_nki.py", "report.md"]
+                         "nki_kernels/test_relu_ref_model_nki.py", "pytest.ini", "report.md"]
         assert "# nkibot report" in (tmp_path / "report.md").read_text()
         assert artifacts.test_path_for("a/b_nki.py") == "a/test_b_nki.py"
 
@@ -103,6 +103,34 @@ class TestLocalOutputs:
         proc = run_pytest(tmp_path / "nki_kernels" / "test_relu_ref_model_nki.py")
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         assert "3 passed" in proc.stdout
+
+    def test_generated_test_runs_inside_a_project_with_strict_pytest_config(
+            self, tmp_path: Path) -> None:
+        """Inside a project whose pyproject configures pytest-asyncio strictly (and the plugin
+        is not loaded, as after `pip install .`), `pytest nki_out/...` still runs the test:
+        without the pytest.ini nkibot writes, pytest stops with INTERNALERROR."""
+        (tmp_path / "pyproject.toml").write_text(
+            '[project]\nname = "userproj"\nversion = "0"\n'
+            "[tool.pytest.ini_options]\n"
+            'asyncio_mode = "strict"\nasyncio_default_fixture_loop_scope = "function"\n'
+            'addopts = "--strict-config --strict-markers -p no:asyncio"\n'
+            'filterwarnings = ["error"]\n')
+        written = write_local_outputs(relu_result(), relu_task(), tmp_path / "nki_out")
+        assert tmp_path / "nki_out" / "pytest.ini" in written
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "nki_out/nki_kernels/"],
+            capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert "3 passed" in proc.stdout
+        header = (tmp_path / "nki_out" / "nki_kernels" / "test_relu_ref_model_nki.py").read_text()
+        assert "pytest -c /dev/null --rootdir" in header
+
+    def test_an_existing_pytest_ini_is_kept(self, tmp_path: Path) -> None:
+        (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers = mine\n")
+        written = write_local_outputs(relu_result(), relu_task(), tmp_path)
+        assert tmp_path / "pytest.ini" not in written
+        assert (tmp_path / "pytest.ini").read_text() == "[pytest]\nmarkers = mine\n"
 
     def test_generated_test_fails_for_a_wrong_kernel(self, tmp_path: Path) -> None:
         """The same test fails when the kernel's outputs do not match the reference."""
