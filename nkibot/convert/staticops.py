@@ -19,21 +19,11 @@ with warnings.catch_warnings():
     import libcst.matchers as m
 
 from nkibot.convert.discovery import dotted
-from nkibot.convert.models.lowering import composite, losses, reductions  # noqa: F401 - register
-from nkibot.convert.models.lowering.decompose import HANDLERS
+from nkibot.convert.models.lowering import catalogue
+from nkibot.convert.models.lowering.catalogue import LOWERED_MODULES
 
-#: nn.Module types the lowering maps to an op (`lowering/modules.py`; a test keeps them equal:
-#: that module imports torch, which a scan in the webhook service must not need).
-LOWERED_MODULES: frozenset[str] = frozenset({
-    "Linear", "LayerNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
-    "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "GroupNorm", "Dropout", "Flatten",
-    "Identity", "ReLU", "Sigmoid", "Tanh", "GELU", "SiLU", "Mish", "Softplus", "Softsign",
-    "ELU", "SELU", "CELU", "Hardsigmoid", "Hardswish", "Hardtanh", "ReLU6", "LeakyReLU",
-    "LogSigmoid", "Softmax", "LogSoftmax", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
-    "KLDivLoss", "CosineSimilarity", "TripletMarginLoss",
-    "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
-    "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
-})
+__all__ = ["LOWERED_MODULES", "ForwardOps", "covered_op", "forward_ops"]
+
 #: Ops whose result no NKI kernel can reproduce: output shapes that depend on the data
 #: (kernel shapes are fixed at compile time), host round-trips, and random sampling (the
 #: verifier cannot match PyTorch's generator stream).
@@ -191,4 +181,4 @@ def forward_ops(cls: cst.ClassDef) -> ForwardOps:
 
 def covered_op(op: str) -> bool:
     """True when the lowering handles `op` (a torch op name or an nn.Module type)."""
-    return op in HANDLERS or op in NEUTRAL or op in LOWERED_MODULES
+    return catalogue.covered(op) or op in NEUTRAL

@@ -8,6 +8,7 @@ import pytest
 from pydantic import SecretStr
 
 from nkibot.config.settings import Settings
+from nkibot.convert.models.lowering.catalogue import hint
 from nkibot.convert.pipeline import ConvertOptions, convert, kernel_path
 from nkibot.results import TurnRecord
 from nkibot.task import InputSpec, Task
@@ -160,7 +161,7 @@ class TestAutoRouting:
         assert [(t.turn, t.model) for t in result.transcript] == [(1, "lowering")]
         assert turns == result.transcript and result.turns == 1
         assert result.reasons == ["the lowering backend declined: unsupported ops: "
-                                  "aten.erfinv.default"]
+                                  "aten.erfinv.default; " + hint()]
 
     async def test_decline_escalates_to_claude(
         self, anthropic_double: AnthropicDouble, unlowered_task: Task

@@ -188,32 +188,6 @@ def _view(s: Sink, a: list[object], k: dict[str, object]) -> object:
     return _view_to(s, tensor(a[0]), out_shape(k))
 
 
-@register("transpose", "swapaxes", "t", "permute", "T", "mT", "movedim")
-def _transpose(s: Sink, a: list[object], k: dict[str, object]) -> object:
-    x = tensor(a[0])
-    shape = s.shape(x)
-    out = out_shape(k)
-    if len(shape) < 2 or (*shape[:-2], shape[-1], shape[-2]) != out:
-        if shape == out:
-            return s.emit("copy", x, last=True)
-        raise Unsupported("aten.permute.default", "only the last two dims may be swapped")
-    return s.emit("transpose", x, shape=out, last=True)
-
-
-@register("chunk", "split", "tensor_split")
-def _chunk(s: Sink, a: list[object], k: dict[str, object]) -> object:
-    x = tensor(a[0])
-    shapes: list[tuple[int, ...]] = k["__shapes"]  # type: ignore[assignment]
-    rank = len(s.shape(x))
-    if any(sh[:-1] != s.shape(x)[:-1] for sh in shapes):
-        raise Unsupported("aten.split.Tensor", "only splits along the last dim")
-    out, start = [], 0
-    for sh in shapes:
-        out.append(s.emit("slice", x, shape=sh, start=start, dim=rank - 1))
-        start += sh[-1]
-    return tuple(out)
-
-
 # ---- matmul family -----------------------------------------------------------------
 
 @register("matmul", "mm", "bmm", "einsum_mm")

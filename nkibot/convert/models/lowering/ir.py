@@ -22,7 +22,8 @@ REDUCE: frozenset[str] = frozenset({"rsum", "rmax", "rmin", "rprod"})
 OTHER: frozenset[str] = frozenset({"where", "view", "transpose", "matmul", "slice", "iota",
                                    "conv", "pool", "scan", "flip", "triu",
                                    "tril", "blocknorm", "narrow", "select",
-                                   "zeros", "attention"})
+                                   "zeros", "attention", "permute", "expand",
+                                   "subscript"})
 PRIMITIVES: frozenset[str] = UNARY | BINARY | REDUCE | OTHER
 
 

@@ -20,6 +20,7 @@ from nkibot.convert.models.lowering.layout import (
     candidate_frames,
     place,
 )
+from nkibot.convert.models.lowering.layoutcopy import emit_scratch, emit_view_outputs
 from nkibot.convert.models.lowering.matmul import emit_matmul
 from nkibot.convert.models.lowering.middle import emit_middle
 from nkibot.convert.models.lowering.norm import emit_blocknorm
@@ -49,6 +50,10 @@ def _place_any(res: Resolved, outputs: list[str]) -> Placement:
 
 def emit_group(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     """Write the group's code into `kernel`, or raise LayoutError saying why it does not fit."""
+    emit_scratch(res, kernel)  # layouts no emitter reads in place: DMA copies first
+    outputs = emit_view_outputs(res, outputs, kernel)
+    if not outputs:
+        return
     anchor = anchor_of(res)
     if anchor == "attention":
         emit_attention(res, outputs, kernel)

@@ -11,9 +11,11 @@ a later stage: one more pass over the tiles.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from nkibot.convert.models.lowering import strided
 from nkibot.convert.models.lowering.ir import REDUCE, Graph, Leaf, Op, Ref
+from nkibot.convert.models.lowering.strided import Strided
 
 FULL, ROW, COL, ONE, TOTAL = "full", "row", "col", "one", "total"
 MIN_COLS = 512  # preferred shortest row of a tile: 2 KiB of fp32 per partition per DMA
@@ -32,6 +34,11 @@ class LeafView:
     col_start: int = 0
     transposed: bool = False
     sliced: bool = False  # a column window of the leaf (chunk/split on the last dim)
+    #: the view as one access pattern of the leaf (None: not one strided pattern)
+    strided: Strided | None = None
+    #: a layout (permute, flip, select, expand, ...) no emitter reads in place: it is
+    #: copied to HBM scratch first (`resolve`), or straight into an output
+    general: bool = False
 
     @property
     def base_cols(self) -> int:
@@ -46,6 +53,9 @@ class Resolved:
     views: dict[str, LeafView] = field(default_factory=dict)
     alias: dict[str, str] = field(default_factory=dict)  # op name -> the op it re-labels
     ops: list[Op] = field(default_factory=list)  # the ops that compute something
+    #: views copied to HBM scratch before the emitters run: view name -> the view as
+    #: it was (its `strided` pattern of its leaf); res.views holds the scratch tensor
+    scratch: dict[str, LeafView] = field(default_factory=dict)
 
     def target(self, name: str) -> str:
         while name in self.alias:
@@ -59,23 +69,76 @@ class Resolved:
         return self.graph.shape_of(Ref(name))
 
 
+VIEW_OPS = ("view", "copy", "slice", "transpose", "permute", "flip", "narrow", "select",
+            "expand", "subscript")
+
+
 def resolve(graph: Graph) -> Resolved:
     res = Resolved(graph)
     for leaf in graph.leaves:
-        res.views[leaf.name] = LeafView(leaf, leaf.shape)
+        res.views[leaf.name] = LeafView(leaf, leaf.shape, strided=strided.source(leaf.shape))
     for op in graph.ops:
         src = op.args[0] if op.args else None
         source = res.target(src.name) if isinstance(src, Ref) else None
-        if op.op in ("view", "copy", "slice", "transpose") and source in res.views:
-            res.views[op.name] = _view_of(res.views[source], op)
+        if op.op in VIEW_OPS and source in res.views:
+            view = _view_of(res.views[source], op)
+            if view is None:  # not one pattern of the leaf: copy the source out first
+                _to_scratch(res, source)
+                view = _view_of(res.views[source], op)
+            if view is None:
+                raise LayoutError(f"{op.origin or op.op}: {op.op} of a view")
+            res.views[op.name] = view
         elif op.op == "copy" and source is not None:
             res.alias[op.name] = source
         else:
             res.ops.append(op)
+    for name, view in list(res.views.items()):
+        users = [op for op in res.ops if name in _arg_names(res, op)]
+        if users and (view.general or (view.transposed and any(
+                u.op != "matmul" for u in users))):
+            _to_scratch(res, name)
     return res
 
 
-def _view_of(view: LeafView, op: Op) -> LeafView:
+def scratch_name(res: Resolved, name: str) -> str:
+    taken = {leaf.name for leaf in res.graph.leaves} | {
+        v.leaf.name for v in res.views.values()}
+    base, n = f"{name}_copy", 1
+    out = base
+    while out in taken:
+        n += 1
+        out = f"{base}{n}"
+    return out
+
+
+def _to_scratch(res: Resolved, name: str) -> None:
+    """Read the view `name` from a contiguous HBM scratch copy from now on."""
+    view = res.views[name]
+    if view.strided is None:
+        raise LayoutError(f"{name}: a layout with no access pattern")
+    leaf = Leaf(scratch_name(res, name), view.shape, view.leaf.dtype, "scratch", name)
+    res.scratch[name] = view
+    res.views[name] = LeafView(leaf, view.shape, strided=strided.source(view.shape))
+
+
+def _view_of(view: LeafView, op: Op) -> LeafView | None:
+    pattern = None if view.strided is None else strided.apply(
+        view.strided, op.op, op.shape, **dict(op.attrs))
+    if not view.general and op.op in ("view", "copy", "slice", "transpose"):
+        try:
+            return replace(_legacy_view(view, op), strided=pattern)
+        except LayoutError:
+            pass
+    if pattern is None:
+        return None
+    if pattern.contiguous and math.prod(op.shape) == math.prod(view.leaf.shape):
+        # e.g. x.t().t(): the leaf itself, reshaped
+        return LeafView(view.leaf, op.shape, strided=pattern)
+    return LeafView(view.leaf, op.shape, strided=pattern, general=True)
+
+
+def _legacy_view(view: LeafView, op: Op) -> LeafView:
+    """The views the emitters read in place: reshapes, a last-dim window, a transpose."""
     if op.op == "slice":
         if view.shape != view.leaf.shape or view.transposed:
             raise LayoutError("a slice of a reshaped input")

@@ -20,5 +20,8 @@ def lower_task(task: Task) -> Lowered | Declined:
     except TraceError as exc:
         return Declined([], str(exc), module_error=True)
     if unsupported:
-        return Declined(unsupported, "unsupported ops: " + ", ".join(unsupported))
+        from nkibot.convert.models.lowering.catalogue import hint
+
+        return Declined(unsupported, "unsupported ops: " + ", ".join(unsupported) + "; "
+                        + hint())
     return lower_graph(graph, task.entry_point)

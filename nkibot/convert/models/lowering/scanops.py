@@ -45,17 +45,13 @@ def _cumprod(s: Sink, a: list[object], k: dict[str, object]) -> object:
     return _scan(s, "prod", a, k)
 
 
-@register("flip")
-def _flip(s: Sink, a: list[object], k: dict[str, object]) -> object:
-    x = tensor(a[0])
-    dims = norm_dims(get(a, k, 1, "dims"), len(s.shape(x)))
-    if len(dims) != 1:
-        raise Unsupported("aten.flip.default", "a flip of several dims")
+def fold_flip(s: Sink, x: Arg, dims: tuple[int, ...]) -> Ref | None:
+    """A flip of a scan along its dim toggles the scan's `flipped` (layoutops' flip)."""
     src = s.graph.op(x.name) if isinstance(x, Ref) else None
-    if src is not None and src.op == "scan" and src.attr("dim") == dims[0]:
+    if len(dims) == 1 and src is not None and src.op == "scan" and src.attr("dim") == dims[0]:
         attrs = {**dict(src.attrs), "flipped": not src.attr("flipped")}
         return s.emit("scan", *src.args, shape=src.shape, last=True, **attrs)
-    return s.emit("flip", x, shape=s.shape(x), last=True, dim=dims[0])
+    return None
 
 
 # ---- the exclusive scan written as cat((zeros, cumsum(narrow(x, 0, L - 1))), dim) ----------
@@ -67,14 +63,6 @@ def _narrow(s: Sink, a: list[object], k: dict[str, object]) -> object:
     start, length = int(str(get(a, k, 2, "start"))), int(str(get(a, k, 3, "length")))
     shape = tuple(length if i == dim else d for i, d in enumerate(s.shape(x)))
     return s.emit("narrow", x, shape=shape, last=True, dim=dim, start=start)
-
-
-@register("select")
-def _select(s: Sink, a: list[object], k: dict[str, object]) -> object:
-    x = tensor(a[0])
-    dim = norm_dims(get(a, k, 1, "dim"), len(s.shape(x)))[0]
-    shape = tuple(d for i, d in enumerate(s.shape(x)) if i != dim)
-    return s.emit("select", x, shape=shape, last=True, dim=dim)
 
 
 @register("zeros_like")

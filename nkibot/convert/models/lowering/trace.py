@@ -19,15 +19,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from nkibot.convert.models.lowering import (  # noqa: F401 - register handlers
-    attnops,
-    composite,
-    convops,
-    losses,
-    reductions,
-    scanops,
-)
-from nkibot.convert.models.lowering.decompose import HANDLERS
+from nkibot.convert.models.lowering.catalogue import handler
 from nkibot.convert.models.lowering.ir import Graph, Leaf, Ref
 from nkibot.convert.models.lowering.modules import module_call
 from nkibot.convert.models.lowering.sink import Sink, Unsupported
@@ -126,7 +118,7 @@ class _Lowerer(fx.Interpreter):
         else:
             name = op_name(n)
         if _contains_unsup(args) or _contains_unsup(kwargs):
-            if name not in HANDLERS and name != "getitem":
+            if handler(name) is None and name != "getitem":
                 self.unsupported.append(f"aten.{name}.default")  # list every one, not the first
             return _UNSUP
         return self.apply(name, n, args, kwargs, result)
@@ -137,9 +129,9 @@ class _Lowerer(fx.Interpreter):
                 item = args[0][args[1]]
                 # torch.max/min(x, dim) indices are not lowered
                 return self._fail("aten.argmax.default") if item is None else item
-            return self._fail("aten.slice.Tensor")
-        handler = HANDLERS.get(name)
-        if handler is None:
+            name, args = "subscript", list(args)
+        lower = handler(name)
+        if lower is None:
             return self._fail(f"aten.{name}.default")
         if isinstance(result, torch.Tensor):
             kwargs["__shape"] = tuple(result.shape)
@@ -150,7 +142,7 @@ class _Lowerer(fx.Interpreter):
             dtype = DTYPE_NAMES.get(tensors[0].dtype, "float32") if tensors else "float32"
         sink = Sink(self.ir, origin=_origin(n), final=sanitize(n.name, self.names), dtype=dtype)
         try:
-            return handler(sink, args, kwargs)
+            return lower(sink, args, kwargs)
         except Unsupported as exc:
             return self._fail(exc.op + (f" ({exc.why})" if exc.why else ""))
 
@@ -165,6 +157,9 @@ class _Lowerer(fx.Interpreter):
             return type(value)(self.translate(v) for v in value)
         if isinstance(value, dict):
             return {k: self.translate(v) for k, v in value.items()}
+        if isinstance(value, slice):
+            return slice(self.translate(value.start), self.translate(value.stop),
+                         self.translate(value.step))
         return value
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from nkibot.convert.models.base import Conversation, Message, ToolCall, ToolResult
 from nkibot.convert.models.lowering import Lowered, LoweringBackend, lower_in_sandbox, lower_task
+from nkibot.convert.models.lowering.catalogue import hint
 from tests.convert.models.lowering.lowering_support import (
     UNSUPPORTED_CHAIN,
     UNSUPPORTED_OPS,
@@ -69,7 +70,7 @@ class TestLoweringBackend:
         """Graphs of ops without handlers are declined with the op list."""
         reply = await LoweringBackend(lower=lower_task).turn(
             _conversation(UNSUPPORTED_CHAIN, [(2, 3, 16, 16)]))
-        assert reply.declined == "unsupported ops: " + ", ".join(UNSUPPORTED_OPS)
+        assert reply.declined == "unsupported ops: " + ", ".join(UNSUPPORTED_OPS) + "; " + hint()
         assert reply.tool_calls == []
 
     async def test_preflight_decline_and_single_lowering(self) -> None:
@@ -88,7 +89,7 @@ class TestLoweringBackend:
         assert reply.tool_calls and len(calls) == 1
         unsupported = _conversation(UNSUPPORTED_CHAIN, [(2, 3, 16, 16)]).task
         assert await backend.preflight(unsupported) == (
-            "unsupported ops: " + ", ".join(UNSUPPORTED_OPS))
+            "unsupported ops: " + ", ".join(UNSUPPORTED_OPS) + "; " + hint())
 
     async def test_preflight_leaves_broken_modules_to_the_reference(self) -> None:
         """A module that cannot even be built is no final decline: preflight says None,

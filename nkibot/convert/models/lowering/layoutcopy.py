@@ -1,0 +1,128 @@
+"""Layouts no emitter reads in place (permute, flip, select, expand, a transpose that is
+not a matmul operand), copied by DMA: into HBM scratch that the other emitters then read
+as a plain tensor, or straight into an output.
+
+A copy whose innermost destination dim is also contiguous in the source is one
+HBM -> HBM `dma_copy` through the view's access pattern (runs as long as the source's).
+One that moves the source's contiguous dim (a transpose) would read 4-byte runs that
+way; it goes through SBUF in [<=128, <=128] blocks instead, each read with contiguous
+runs along the source's contiguous dim and turned on the Tensor Engine
+(`nisa.nc_transpose`), so both DMAs keep runs of up to 512 bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
+from nkibot.convert.models.lowering.ir import Leaf
+from nkibot.convert.models.lowering.layout import Resolved
+from nkibot.convert.models.lowering.rowwise import Kernel, Output
+from nkibot.convert.models.lowering.strided import Strided
+
+FLOATS = ("float32", "bfloat16", "float16")
+#: below this many elements on either side of a transpose the PE round trip costs more
+#: than the short runs it saves (one 128 x 128 block is a few hundred ns of DMA either way)
+MIN_PE_SIDE = 16
+
+
+def emit_scratch(res: Resolved, kernel: Kernel) -> None:
+    """Allocate and fill every HBM scratch copy `resolve` asked for, in graph order."""
+    for name, view in res.scratch.items():
+        leaf = _fresh(res, res.views[name].leaf, kernel)
+        assert view.strided is not None
+        kernel.body.comment(f"{name}: a {_what(view.strided)} of {view.leaf.name}, copied "
+                            "to HBM scratch for the stages that read it")
+        kernel.body.line(f"{leaf.name} = nl.ndarray({view.shape!r}, dtype="
+                         f"{nl_dtype(leaf.dtype)}, buffer=nl.hbm)")
+        emit_copy(kernel, view.leaf.name, view.strided, leaf.name, leaf.dtype)
+
+
+def _fresh(res: Resolved, leaf: Leaf, kernel: Kernel) -> Leaf:
+    """The scratch tensor under a name no other stage of the kernel has used."""
+    var = kernel.names.fresh(leaf.name)
+    if var == leaf.name:
+        return leaf
+    new = replace(leaf, name=var)
+    for name, view in res.views.items():
+        if view.leaf == leaf:
+            res.views[name] = replace(view, leaf=new)
+    return new
+
+
+def emit_view_outputs(res: Resolved, outputs: list[Output], kernel: Kernel) -> list[Output]:
+    """Copy outputs that are layouts of a kernel argument; returns the other outputs."""
+    rest = []
+    for out in outputs:
+        view = res.views.get(res.target(out.name))
+        if view is None or view.strided is None or not (
+                view.general or view.transposed or view.leaf.source == "scratch"):
+            rest.append(out)
+            continue
+        kernel.body.comment(f"{out.var}: a {_what(view.strided)} of {view.leaf.name}")
+        emit_copy(kernel, view.leaf.name, view.strided, out.var, out.dtype)
+    return rest
+
+
+def _what(view: Strided) -> str:
+    if view.contiguous:
+        return "copy"
+    return "strided view (access pattern " + ", ".join(
+        f"[{s}, {n}]" for n, s in view.merged()) + (f", offset {view.offset})" if view.offset
+                                                    else ")")
+
+
+def emit_copy(kernel: Kernel, src: str, view: Strided, dst: str, dtype: str) -> None:
+    """dst (contiguous, view.shape) <- the elements of `src` that `view` addresses."""
+    dims = view.merged()
+    counts = tuple(n for n, _ in dims)
+    inner = next((i for i, (n, s) in enumerate(dims[:-1]) if s == 1 and n >= MIN_PE_SIDE), None)
+    if (inner is None or dims[-1][1] == 1 or dims[-1][0] < MIN_PE_SIDE
+            or dtype not in FLOATS):
+        pattern = "[" + ", ".join(f"[{s}, {n}]" for n, s in dims) + "]"
+        kernel.body.line(f"nisa.dma_copy(dst={dst}.reshape({counts!r}), "
+                         f"src={src}.ap({pattern}, offset={view.offset}))")
+        return
+    _emit_pe_transpose(kernel, src, view, dims, inner, dst, dtype)
+
+
+def _emit_pe_transpose(kernel: Kernel, src: str, view: Strided, dims: list[tuple[int, int]],
+                       inner: int, dst: str, dtype: str) -> None:
+    """Blocks of (a: the destination's contiguous dim) x (b: the source's) turned on the PE."""
+    counts = [n for n, _ in dims]
+    dst_strides = [math.prod(counts[i + 1:]) for i in range(len(counts))]
+    (n_a, s_a), (n_b, _) = dims[-1], dims[inner]
+    d_b = dst_strides[inner]
+    fn = kernel.names.fresh("transpose_block")
+    kernel.helpers.append([
+        f"def {fn}(src, dst, so, do, a0, pa, b0, qb):",
+        '    """dst block [b0:b0+qb, a0:a0+pa] <- src block [a0:a0+pa, b0:b0+qb], turned on '
+        'the Tensor Engine."""',
+        "    t = nl.ndarray((pa, qb), dtype=nl.float32, buffer=nl.sbuf)",
+        f"    nisa.dma_copy(dst=t, src=src.ap([[{s_a}, pa], [1, qb]], offset=so + a0 * {s_a}"
+        " + b0))",
+        "    f = nl.ndarray((qb, pa), dtype=nl.float32, buffer=nl.psum)",
+        "    nisa.nc_transpose(f, t)",
+        f"    u = nl.ndarray((qb, pa), dtype={nl_dtype(dtype)}, buffer=nl.sbuf)",
+        "    nisa.tensor_copy(dst=u, src=f)",
+        f"    nisa.dma_copy(dst=dst.ap([[{d_b}, qb], [1, pa]], offset=do + b0 * {d_b} + a0),"
+        " src=u)",
+    ])
+    body: Block = kernel.body
+    outer = [i for i in range(len(dims) - 1) if i != inner]
+    loops = 0
+    so, do = [str(view.offset)], []
+    for i in outer:
+        var = kernel.names.fresh(f"i{i}")
+        body.line(f"for {var} in nl.affine_range({counts[i]}):")
+        body.indent()
+        loops += 1
+        so.append(f"{var} * {dims[i][1]}")
+        do.append(f"{var} * {dst_strides[i]}")
+    va, vb = kernel.names.fresh("ta"), kernel.names.fresh("tb")
+    call = (f"{fn}({src}, {dst}, {' + '.join(so)}, {' + '.join(do) or '0'}, "
+            f"{{{va}0}}, {{{va}sz}}, {{{vb}0}}, {{{vb}sz}})")
+    emit_grid(body, [Axis(va, n_a, PMAX), Axis(vb, n_b, PMAX)], call, "affine_range")
+    for _ in range(loops):
+        body.dedent()
