@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import keyword
+import linecache
 import operator
 import re
 import sys
@@ -23,6 +24,7 @@ from nkibot.convert.models.lowering.catalogue import handler
 from nkibot.convert.models.lowering.ir import Graph, Leaf, Ref
 from nkibot.convert.models.lowering.modules import module_call
 from nkibot.convert.models.lowering.sink import Sink, Unsupported
+from nkibot.convert.models.lowering.tracers import TracingFailed, trace_module
 from nkibot.task import Task
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -43,6 +45,10 @@ def load_module(task: Task) -> torch.nn.Module:
     mod = types.ModuleType("nkibot_reference")
     mod.__file__ = task.source_path
     sys.modules[mod.__name__] = mod
+    # errors while tracing quote the user's line even when the file is not on disk here
+    lines = task.reference_source.splitlines(keepends=True)
+    linecache.cache[task.source_path] = (len(task.reference_source), None, lines,
+                                         task.source_path)
     try:
         exec(compile(task.reference_source, task.source_path, "exec"), mod.__dict__)  # noqa: S102
         cls = getattr(mod, task.entry_point)
@@ -206,11 +212,13 @@ def trace_graph(task: Task) -> tuple[Graph, list[str]]:
     """(graph, unsupported ops) for the task's module at its input shapes."""
     module = load_module(task)
     graph, state, taken = Graph(), {}, set()  # type: Graph, dict[str, str], set[str]
+    meta_inputs = [s.value if s.is_constant else
+                   torch.empty(s.shape, dtype=TORCH_DTYPES[s.dtype], device="meta")
+                   for s in task.inputs]
     try:
-        gm = fx.symbolic_trace(module)
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [repr(exc)])[0]
-        raise TraceError(f"torch.fx could not trace {task.entry_point}: {first}") from exc
+        gm = trace_module(module, meta_inputs, task.source_path, task.entry_point)
+    except TracingFailed as exc:
+        raise TraceError(str(exc)) from exc
     params = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, spec in zip(params, task.inputs, strict=False):
         if spec.value is not None:  # a Python scalar: folded into the kernel as a constant
@@ -226,9 +234,6 @@ def trace_graph(task: Task) -> tuple[Graph, list[str]]:
     if len(params) != len(task.inputs):
         raise TraceError(f"forward takes {len(params)} inputs, the task describes "
                          f"{len(task.inputs)}")
-    meta_inputs = [s.value if s.is_constant else
-                   torch.empty(s.shape, dtype=TORCH_DTYPES[s.dtype], device="meta")
-                   for s in task.inputs]
     gm.to("meta")
     lowerer = _Lowerer(gm, graph, state)
     try:

@@ -75,10 +75,15 @@ class TestDeclines:
         assert unsupported == [] and [op.op for op in graph.ops] == ["copy", "mul"]
 
     def test_untraceable_module_declined(self) -> None:
-        """Data-dependent control flow fails torch.fx tracing and becomes a decline."""
+        """Data-dependent control flow fails every tracer and becomes a decline that names
+        the construct and the line of the user's file, with what to do instead."""
         source = module_source("x if x.sum() > 0 else -x")
-        result = lower_task(make_task(source, [(4, 8)]))
-        assert isinstance(result, Declined) and "torch.fx could not trace" in result.reason
+        task = make_task(source, [(4, 8)]).model_copy(update={"source_path": "model.py"})
+        result = lower_task(task)
+        assert isinstance(result, Declined) and "could not trace Model" in result.reason
+        assert "control flow" in result.reason and "torch.where" in result.reason
+        line = source.splitlines().index("        return x if x.sum() > 0 else -x") + 1
+        assert f"at model.py:{line}: `return x if x.sum() > 0 else -x`" in result.reason
 
     def test_layout_misfit_declined(self) -> None:
         """A GroupNorm whose blocks no emitter can hold in SBUF is declined (even staged)."""

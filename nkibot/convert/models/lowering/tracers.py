@@ -1,0 +1,116 @@
+"""Trace a module to a torch.fx graph: symbolic first, then at the task's concrete shapes.
+
+`torch.fx.symbolic_trace` keeps sizes symbolic, so ordinary model code fails it: a loop
+over `x.shape` ("'Proxy' object cannot be interpreted as an integer"), `expand(*sizes)`,
+`len(x)`, `if x.size(-1) > 64`. Tracing again at the input shapes (torch.fx's meta tracer:
+every proxy carries a meta tensor, so sizes, `dim()` and `len()` are plain ints and
+Python branches on them are taken once) records the same torch-level graph for those. A
+graph that still cannot be traced depends on tensor values (control flow on data); the
+error names the construct and the line of the user's file it is on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.fx.experimental import meta_tracer
+
+
+class _ShapeProxy(meta_tracer.MetaProxy):
+    """A proxy whose sizes are the concrete ones of its meta tensor."""
+
+    def size(self, dim: int | None = None) -> Any:
+        meta = getattr(self, "_tensor_meta", None)
+        if isinstance(meta, torch.Tensor):  # MetaProxy.size(0) returned the whole size
+            return meta.size() if dim is None else meta.size(dim)
+        return super().size(dim)
+
+    def __len__(self) -> int:
+        meta = getattr(self, "_tensor_meta", None)
+        if isinstance(meta, torch.Tensor) and meta.dim() > 0:
+            return int(meta.shape[0])
+        if isinstance(meta, tuple | list):
+            return len(meta)
+        raise RuntimeError("len() of a value whose size is not known while tracing")
+
+    def __iter__(self) -> Any:
+        meta = getattr(self, "_tensor_meta", None)
+        if isinstance(meta, torch.Tensor | tuple | list):
+            return iter([self[i] for i in range(len(self))])  # type: ignore[index]
+        return super().__iter__()
+
+
+class _ShapeTracer(meta_tracer.MetaTracer):
+    def proxy(self, node: fx.Node) -> meta_tracer.MetaProxy:
+        return _ShapeProxy(node, self)
+
+
+def symbolic(module: torch.nn.Module) -> fx.GraphModule:
+    return fx.symbolic_trace(module)
+
+
+def at_shapes(module: torch.nn.Module, inputs: Sequence[object]) -> fx.GraphModule:
+    """Trace with every tensor input's meta tensor known: sizes are constants."""
+    names = [p.name for p in inspect.signature(module.forward).parameters.values()
+             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    metas = {n: v for n, v in zip(names, inputs, strict=False) if isinstance(v, torch.Tensor)}
+    tracer = _ShapeTracer()
+    with warnings.catch_warnings():
+        # the meta tracer warns for each op whose meta value it cannot compute (a
+        # Python scalar input): that op's sizes stay symbolic, as under symbolic_trace
+        warnings.simplefilter("ignore", UserWarning)
+        graph = tracer.trace(module, meta_args=metas)
+    name = module.__class__.__name__
+    return fx.GraphModule(tracer.root, graph, name)
+
+
+def trace_module(module: torch.nn.Module, inputs: Sequence[object], source_path: str,
+                 entry: str) -> fx.GraphModule:
+    """The first tracer that succeeds; a TraceError-ready message when none does."""
+    failures: list[tuple[str, BaseException]] = []
+    runs: list[tuple[str, Callable[[], fx.GraphModule]]] = [
+        ("torch.fx", lambda: symbolic(module)),
+        ("torch.fx at the input shapes", lambda: at_shapes(module, inputs))]
+    for label, run in runs:
+        try:
+            return run()
+        except Exception as exc:  # the user's code: any error means "try the next tracer"
+            failures.append((label, exc))
+    raise TracingFailed(describe(failures, source_path, entry))
+
+
+class TracingFailed(Exception):
+    """No tracer could trace the module; the message is user-facing."""
+
+
+def describe(failures: list[tuple[str, BaseException]], source_path: str, entry: str) -> str:
+    """What failed, where in the user's file, and what to do about it."""
+    exc = failures[-1][1]
+    first = (str(exc).strip().splitlines() or [repr(exc)])[0]
+    where = ""
+    for _, failure in reversed(failures):
+        where = user_line(failure, source_path)
+        if where:
+            break
+    hint = ""
+    if "control flow" in first or "data-dependent" in first or "meta tensor" in first:
+        hint = (" (the forward branches or loops on tensor values; kernels have fixed "
+                "control flow: compute both sides and select with torch.where)")
+    tried = ", ".join(name for name, _ in failures)
+    return f"could not trace {entry} ({tried}): {first}{where}{hint}"
+
+
+def user_line(exc: BaseException, source_path: str) -> str:
+    """' at FILE:LINE: `code`' for the innermost frame of the user's file, or ''."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == source_path]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    code = (frame.line or "").strip()
+    return f" at {source_path}:{frame.lineno}" + (f": `{code}`" if code else "")

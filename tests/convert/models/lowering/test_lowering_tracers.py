@@ -1,0 +1,48 @@
+"""Ordinary model code that torch.fx's symbolic tracing refuses traces at the input shapes
+and lowers; each case is checked on the simulator against PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+
+from nkibot.convert.models.lowering.trace import trace_graph
+from tests.convert.models.lowering.lowering_support import HEADER, check_on_sim, make_task
+
+#: (forward body, input shape): each fails `torch.fx.symbolic_trace`.
+SHAPE_CODE = [
+    ("return x[:, :1].expand(*x.shape) + x", (2, 3, 64)),
+    ("out = x[:, 0]\n        for i in range(1, x.shape[1]):\n            out = out + x[:, i]\n"
+     "        return out", (2, 4, 64)),
+    ("return x * len(x)", (4, 64)),
+    ("if x.size(-1) > 32:\n            return x * 2\n        return x", (4, 64)),
+    ("n = 1\n        for d in x.shape:\n            n = n * d\n        return x.reshape(n) * 2",
+     (4, 64)),
+    ("return sum(r * 2 for r in x)", (3, 64)),
+]
+
+
+def _source(body: str) -> str:
+    return (f"{HEADER}class Model(nn.Module):\n    def forward(self, x):\n"
+            f"        {body}\n")
+
+
+class TestShapeTracing:
+    @pytest.mark.parametrize(("body", "shape"), SHAPE_CODE)
+    def test_traces_and_verifies(self, body: str, shape: tuple[int, ...]) -> None:
+        """The forward fails symbolic tracing; at the input shapes it traces, lowers and
+        matches PyTorch on the simulator."""
+        import torch.fx as fx
+
+        task = make_task(_source(body), [shape])
+        namespace: dict[str, object] = {}
+        exec(compile(task.reference_source, "<m>", "exec"), namespace)
+        with pytest.raises(Exception):  # noqa: B017 - any tracing error
+            fx.symbolic_trace(namespace["Model"]())  # type: ignore[operator]
+        check_on_sim(task)
+
+    def test_sizes_are_constants(self) -> None:
+        """Sizes read in the forward are literals of the traced graph."""
+        graph, unsupported = trace_graph(make_task(_source(
+            "return x * x.size(0) + len(x)"), [(6, 64)]))
+        assert unsupported == []
+        assert [(op.op, op.args[1]) for op in graph.ops] == [("mul", 6), ("add", 6)]
