@@ -10,6 +10,7 @@ from nkibot.convert.models.lowering.builder import nl_dtype
 from nkibot.convert.models.lowering.ir import Graph, Ref
 from nkibot.convert.models.lowering.ladder import emit_group
 from nkibot.convert.models.lowering.layout import LayoutError, resolve
+from nkibot.convert.models.lowering.rewrite import split_long_reductions
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
 from nkibot.convert.models.lowering.stages import (
     Scheduler,
@@ -129,7 +130,7 @@ def _lower(graph: Graph, entry: str, choices: dict[str, str]
     except LayoutError as exc:
         try:
             kernel, outputs = _start(graph, choices)
-            sched = Scheduler(graph, outputs, kernel.names.taken)
+            sched = Scheduler(split_long_reductions(graph), outputs, kernel.names.taken)
             stages = partition(sched, trial(kernel))
             kernel.names.taken |= sched.taken
             emit_stages(sched, stages, kernel)

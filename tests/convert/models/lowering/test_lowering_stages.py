@@ -130,3 +130,15 @@ class TestRowReductionOnTheMatmul:
                                        init="        self.l1 = nn.Linear(32, 600)"), [(40, 32)])
         assert [line.split()[0] for line in lower_ok(task).plan] == ["matmul", "rowwise"]
         check_on_sim(task)
+
+
+@pytest.mark.parametrize(("expr", "shape"), [
+    ("torch.sigmoid(x).sum(dim=1, keepdim=True)", (16, 40000)),  # KernelBench 56's tail
+    ("x.mean(dim=(2, 3))", (2, 3, 200, 200)),  # a global average pool
+])
+def test_long_row_reduction_split_in_two(expr: str, shape: tuple[int, ...]) -> None:
+    """Rows too long for SBUF whole are reduced in chunks, then the partials (rewrite.py)."""
+    task = make_task(module_source(expr), [shape])
+    lowered = lower_ok(task)
+    assert any("_part_hbm" in line for line in lowered.plan)
+    check_on_sim(task, tol=1e-3)

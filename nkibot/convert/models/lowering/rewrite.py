@@ -1,0 +1,55 @@
+"""Graph rewrites the scheduler applies before cutting a graph into stages.
+
+`split_long_reductions`: a row reduction over more elements than one SBUF row holds
+(`LONG_ROW`) becomes two, as inductor's split reductions do: the row seen as `k` chunks
+(a reshape), each chunk reduced, then the `k` partials reduced. Each half is an ordinary
+row reduction the row-wise emitter tiles, and the scheduler puts them in two stages
+joined by a small HBM scratch tensor of partials.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from nkibot.convert.models.lowering.ir import Graph, Op, Ref
+
+LONG_ROW = 16384  # elements: two fp32 rows of this length take 128 KiB of a partition
+CHUNK = 4096  # the longest chunk a split row is cut into (16 KiB of fp32)
+SPLIT = frozenset({"rsum", "rmax", "rmin"})
+
+
+def _trailing(op: Op, shape: tuple[int, ...]) -> bool:
+    dims = sorted(d % len(shape) for d in op.dims) if shape else []
+    return bool(dims) and dims == list(range(dims[0], len(shape)))
+
+
+def _chunks(size: int) -> int:
+    """The fewest chunks (a divisor of `size`) of at most CHUNK elements, or 0."""
+    return next((k for k in range(-(-size // CHUNK), size + 1) if size % k == 0
+                 and size // k <= CHUNK), 0)
+
+
+def split_long_reductions(graph: Graph) -> Graph:
+    """The graph with each long trailing-dims reduction split in two (see module doc)."""
+    ops: list[Op] = []
+    for op in graph.ops:
+        src = op.args[0] if op.args else None
+        shape = graph.shape_of(src) if isinstance(src, Ref) else ()
+        size = math.prod(shape[min(op.dims, default=0):]) if op.dims else 0
+        if op.op not in SPLIT or not isinstance(src, Ref) or not _trailing(op, shape) or (
+                size <= LONG_ROW) or not (k := _chunks(size)):
+            ops.append(op)
+            continue
+        outer = shape[:min(op.dims)]
+        n = len(outer)
+        chunked = Op(f"{op.name}_chunks", "view", (src,), (*outer, k, size // k), op.dtype,
+                     op.origin)
+        part = Op(f"{op.name}_part", op.op, (Ref(chunked.name),), (*outer, k, 1), op.dtype,
+                  op.origin, (("dims", (n + 1,)),))
+        # the partials keep the reduced dims' rank, so the total has the op's own shape
+        ones = (1,) * (len(shape) - n - 1)
+        flat = Op(f"{op.name}_parts", "view", (Ref(part.name),), (*outer, k, *ones), op.dtype,
+                  op.origin)
+        ops += [chunked, part, flat, replace(op, args=(Ref(flat.name),), attrs=(("dims", (n,)),))]
+    return Graph(graph.leaves, ops, graph.outputs, graph.constants)
