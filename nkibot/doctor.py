@@ -18,11 +18,11 @@ from nkibot.backends.neuron import devices
 from nkibot.backends.neuron.devices import NeuronDevice
 from nkibot.config.platform import describe_platform, resolve_platform
 from nkibot.config.settings import Settings
-from nkibot.jobs.queue import DeadLetter, DeadLetterReport
 from nkibot.verify.isolation import Isolation
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the queues are the service's: `nkibot convert` does not load them
     from nkibot.jobs.factory import QueueName
+    from nkibot.jobs.queue import DeadLetter
 
 Role = Literal["service", "runner", "local"]
 Status = Literal["ok", "warn", "fail"]
@@ -44,6 +44,7 @@ def _queue_depth(settings: Settings) -> int:
 
 def _dead_letters(settings: Settings, name: QueueName) -> tuple[int, list[DeadLetter]] | None:
     from nkibot.jobs.factory import open_named_queue
+    from nkibot.jobs.queue import DeadLetterReport
 
     queue = open_named_queue(name, settings)
     return queue.dead_report() if isinstance(queue, DeadLetterReport) else None

@@ -9,8 +9,11 @@ lowering is deterministic, so it gets one turn: asked again it would only repeat
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from nkibot.config.settings import Settings
@@ -160,9 +163,23 @@ def make_router(model: str, settings: Settings, bedrock_available: bool | None) 
     if bedrock_available is None:
         needs_check = model == "bedrock" or (
             model == "auto" and settings.anthropic_api_key is None)
-        if needs_check:
+        if needs_check and aws_region_possible(settings):
             from nkibot.convert.models.bedrock import bedrock_available as detect
 
             bedrock_available = detect(settings)
     return build_router(model, settings=settings, bedrock_available=bool(bedrock_available),
                         lowering=_lowering, claude=_claude, bedrock=_bedrock)
+
+
+def aws_region_possible(settings: Settings) -> bool:
+    """Whether boto3 could find a region, decided without importing it (half a second).
+
+    Bedrock needs a region; botocore reads one only from AWS_DEFAULT_REGION and the config
+    file (AWS_CONFIG_FILE, default ~/.aws/config), and ours from settings. With none of
+    them, and no boto3 session a service set up already, a local `nkibot convert` need not
+    load boto3 to learn that Bedrock is unavailable.
+    """
+    if settings.aws_region or os.environ.get("AWS_DEFAULT_REGION") or "boto3" in sys.modules:
+        return True
+    config = os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config"
+    return Path(config).expanduser().is_file()
