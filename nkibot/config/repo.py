@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from nkibot.config.safeyaml import YamlRefused, safe_load
 from nkibot.config.settings import Permission
 from nkibot.config.targets import TargetError, parse_shape, validate_reference, validate_target
 from nkibot.jobs.model import ShapeOverride
@@ -132,7 +133,9 @@ def load_yaml_mapping(text: str) -> dict[str, Any] | ConfigError:
     if len(text) > MAX_CONFIG_BYTES:
         return ConfigError("(file)", f"a file under {MAX_CONFIG_BYTES} bytes")
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
+    except YamlRefused as exc:
+        return ConfigError("(file)", f"plain YAML without aliases or deep nesting ({exc})")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "(file)"

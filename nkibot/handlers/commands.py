@@ -5,14 +5,19 @@
     /nki scan [PATH|GLOB ...]
     /nki help | /nki retry | /nki cancel [TARGET ...]
 
-A command counts only on its own line, outside quoted lines (`>`) and fenced code.
+A command counts only on its own line of a top-level paragraph, parsed as CommonMark the
+way GitHub renders it: never inside code (fenced with any number of backticks or tildes,
+or indented), HTML (comments, `<pre>`), quotes or list items.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Literal
+
+from markdown_it import MarkdownIt
 
 from nkibot.config.targets import (
     MAX_TARGETS,
@@ -25,6 +30,8 @@ from nkibot.jobs.model import JobOptions, ShapeOverride
 
 PREFIX = "/nki"
 MAX_COMMAND_CHARS = 2000
+MAX_BODY_CHARS = 262_144
+_MARKDOWN = MarkdownIt("commonmark")
 MAX_TURNS = 50
 MAX_SCAN_PATHS = 10
 USAGE = (
@@ -57,27 +64,32 @@ class CommandError:
 
 
 def command_lines(body: str) -> list[str]:
-    """Lines that start with `/nki`, outside fenced code blocks and quotes."""
+    """Lines that start with `/nki` in the text GitHub renders as top-level paragraphs.
+
+    The body is parsed as CommonMark (markdown-it), the way GitHub renders it, so a command
+    inside a fence of any length (backticks or tildes), an indented code block, an HTML
+    block or comment (`<!-- -->`, `<pre>`), a quote or a list item is not one: only a
+    paragraph's own lines count."""
+    if PREFIX not in body:
+        return []
     found: list[str] = []
-    fence: str | None = None
-    for raw in body.splitlines():
-        line = raw.strip()
-        if fence is not None:
-            if line.startswith(fence):
-                fence = None
+    tokens = _MARKDOWN.parse(body)
+    for before, token in itertools.pairwise(tokens):
+        if token.type != "inline" or before.type != "paragraph_open" or before.level != 0:
             continue
-        if line.startswith(("```", "~~~")):
-            fence = line[:3]
-            continue
-        if line.startswith(">"):
-            continue
-        if line == PREFIX or line.startswith(PREFIX + " ") or line.startswith(PREFIX + "\t"):
-            found.append(line)
+        for raw in token.content.splitlines():
+            line = raw.strip()
+            if line == PREFIX or line.startswith((PREFIX + " ", PREFIX + "\t")):
+                found.append(line)
     return found
 
 
 def parse_comment(body: str) -> Command | CommandError | None:
     """The first command in a comment (later ones are ignored), or None if there is none."""
+    if len(body) > MAX_BODY_CHARS and PREFIX in body:
+        # GitHub caps a comment at 65,536 characters; a body this long is not one of its
+        # comments, and parsing megabytes of Markdown would cost seconds.
+        return CommandError(body[:80], f"the comment is longer than {MAX_BODY_CHARS} chars")
     lines = command_lines(body)
     return parse_line(lines[0]) if lines else None
 

@@ -8,6 +8,7 @@ import yaml
 from pydantic import ValidationError
 
 from nkibot.config.repo import TargetSpec
+from nkibot.config.safeyaml import YamlRefused, safe_load
 from nkibot.config.targets import MAX_TARGETS, TargetError, validate_target
 
 _FENCE = re.compile(r"^(```|~~~)\s*(ya?ml)\s*$", re.I)
@@ -33,7 +34,9 @@ def _yaml_blocks(body: str) -> list[str]:
 
 def _from_yaml(block: str) -> list[TargetSpec] | str:
     try:
-        data = yaml.safe_load(block)
+        data = safe_load(block)
+    except YamlRefused as exc:
+        return f"the yaml block in the issue is refused: {exc}"
     except yaml.YAMLError:
         return "the yaml block in the issue is not valid YAML"
     items = data.get("targets") if isinstance(data, dict) else data

@@ -1,9 +1,10 @@
 """The repository at the job's SHA, in a temporary directory that is removed afterwards.
 
 The tarball comes through githubkit (streamed, stopped at the size cap) and is checked
-before anything is written: links, absolute paths, `..` members and special files make
-the whole archive refused. Extraction uses tarfile's `data` filter as a second guard.
-Paths from users are resolved inside the workspace or refused.
+before anything is written: links, absolute paths, `..` members, special files and more
+than `MAX_ENTRIES` entries make the whole archive refused. Extraction uses tarfile's
+`data` filter as a second guard. Paths from users are resolved inside the workspace or
+refused.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from nkibot.convert.discovery import TargetError
 CHUNK = 1 << 16
 #: Uncompressed size allowed per compressed byte of cap (guards against tar bombs).
 EXPANSION = 8
+#: Entries (files and directories) an archive may hold. 200,000 empty files compress to
+#: under 1 MiB, far inside the byte caps, and cost an inode, a TarInfo and a syscall each.
+MAX_ENTRIES = 50_000
 
 
 class WorkspaceError(TargetError):
@@ -63,7 +67,11 @@ def checked_members(tar: tarfile.TarFile, max_bytes: int) -> list[tarfile.TarInf
     out: list[tarfile.TarInfo] = []
     total = 0
     prefix: str | None = None
-    for member in tar.getmembers():
+    for count, member in enumerate(tar, 1):  # streamed: refused at the cap, not after
+        if count > MAX_ENTRIES:
+            raise WorkspaceError(f"the repository archive has more than {MAX_ENTRIES} "
+                                 "entries", "nkibot unpacks repositories of at most that "
+                                 "many files and directories")
         if member.type in (tarfile.XGLTYPE, tarfile.XHDTYPE):
             continue  # pax headers (GitHub stores the commit id in one)
         problem = _member_problem(member)

@@ -145,3 +145,42 @@ class TestExtends:
         """Extending a file that does not exist is a ConfigError naming `_extends`."""
         err = await load_repo_config(Files({("acme", "m", P): "_extends: gone\n"}), "acme", "m")
         assert isinstance(err, ConfigError) and "not found" in err.expected
+
+
+def billion_laughs(levels: int = 9, width: int = 9, key: str = "l") -> str:
+    """About 1 KB of YAML whose aliases expand to width ** levels leaves."""
+    lines = [f"{key}0: &{key}0 [" + ", ".join(["x"] * width) + "]"]
+    for i in range(1, levels):
+        lines.append(f"{key}{i}: &{key}{i} [" + ", ".join([f"*{key}{i - 1}"] * width) + "]")
+    return "\n".join(lines) + "\n"
+
+
+class TestYamlBounds:
+    """Issue 26, class 4: YAML aliases and `_extends` cannot blow up the merge."""
+
+    async def test_aliases_linked_by_extends_are_a_config_error(self) -> None:
+        """Two ~1 KB files of nested aliases joined by `_extends` (9^9 paths for
+        deep_merge) end at once in a ConfigError naming the refusal."""
+        child = "_extends: base\n" + billion_laughs(key="a")
+        base = billion_laughs(key="a")
+        assert len(child) < 1500
+        files = Files({("acme", "models", P): child, ("acme", "base", P): base})
+        err = await load_repo_config(files, "acme", "models")
+        assert isinstance(err, ConfigError) and "aliases" in err.expected
+        assert "nki-bot.yml" in err.message()
+
+    @pytest.mark.parametrize(("text", "why"), [
+        ("a: &x 1\nb: *x\n", "aliases"),
+        ("a: " + "[" * 40 + "]" * 40 + "\n", "deeper than 32"),
+        ("a: [" + ",".join(["1"] * 25_000) + "]\n", "more than 20000"),
+    ], ids=["alias", "deep", "wide"])
+    def test_refused_before_anything_is_built(self, text: str, why: str) -> None:
+        err = parse_repo_config(text)
+        assert isinstance(err, ConfigError) and why in err.expected
+
+    def test_issue_body_yaml_block_refuses_aliases(self) -> None:
+        from nkibot.handlers.issue_body import targets_from_issue_body
+
+        body = "```yaml\n" + billion_laughs() + "targets: [src/a.py::A]\n```\n"
+        found = targets_from_issue_body(body)
+        assert isinstance(found, str) and "aliases" in found

@@ -103,3 +103,28 @@ class TestParserFuzz:
                                                         "abcdefghijklmnopqrstuvwxyz0123456789"))
                        for t in result.targets)
             assert result.options.turns is None or 1 <= result.options.turns <= 50
+
+
+class TestRenderedLikeGitHub:
+    """Issue 26, class 4: a command counts only where GitHub renders it as text."""
+
+    @pytest.mark.parametrize("body", [
+        "````\n```\n/nki convert a.py::A\n````\n",
+        "~~~~~\n/nki convert a.py::A\n~~~~~\n",
+        "text\n\n    /nki convert a.py::A\n",
+        "<!--\n/nki convert a.py::A\n-->\n",
+        "<!-- /nki convert a.py::A -->\n",
+        "<pre>\n/nki convert a.py::A\n</pre>\n",
+        "<details>\n/nki convert a.py::A\n</details>\n",
+        "> quoted\n/nki convert a.py::A\n",
+        ">> /nki convert a.py::A\n",
+        "- /nki convert a.py::A\n",
+        "# /nki convert a.py::A\n",
+    ], ids=["four-backticks", "tildes", "indented", "comment", "inline-comment", "pre",
+            "html-block", "lazy-quote", "nested-quote", "list", "heading"])
+    def test_not_rendered_as_a_paragraph_is_not_a_command(self, body: str) -> None:
+        assert command_lines(body) == [] and parse_comment(body) is None
+
+    def test_command_after_a_closed_block_counts(self) -> None:
+        body = "````\n```\n/nki help\n```\n````\n\n<!-- note -->\n\n/nki convert b.py::B\n"
+        assert command_lines(body) == ["/nki convert b.py::B"]

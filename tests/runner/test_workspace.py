@@ -77,6 +77,22 @@ class TestExtract:
             extract(archive, tmp_path, 10_000)
 
 
+    def test_refuses_archives_of_too_many_entries(self, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+        """Issue 26, class 4: many empty files (tiny compressed, within every byte cap)
+        are refused by count, before anything is written, while reading the headers."""
+        from nkibot.runner import workspace
+
+        monkeypatch.setattr(workspace, "MAX_ENTRIES", 500)
+        archive = make_tar(tmp_path / "a.tgz", [(f"{TOP}/f{i}.py", b"") for i in range(2000)])
+        assert archive.stat().st_size < 20_000
+        dest = tmp_path / "ws"
+        dest.mkdir()
+        with pytest.raises(WorkspaceError, match="more than 500 entries"):
+            extract(archive, dest, 1 << 20)
+        assert list(dest.iterdir()) == []
+
+
 class TestUserPaths:
     @pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "a/../../b.py",
                                       "C:/x.py", ""])
