@@ -10,12 +10,13 @@ from nkibot.convert.models.lowering.builder import nl_dtype
 from nkibot.convert.models.lowering.ir import Graph, Ref
 from nkibot.convert.models.lowering.ladder import emit_group
 from nkibot.convert.models.lowering.layout import LayoutError, resolve
-from nkibot.convert.models.lowering.rewrite import split_long_reductions
+from nkibot.convert.models.lowering.rewrite import expand_norms, split_long_reductions
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
 from nkibot.convert.models.lowering.stages import (
     Scheduler,
     Stage,
     emit_stages,
+    lowers_alone,
     partition,
     scratch_bytes,
     share_helpers,
@@ -130,7 +131,8 @@ def _lower(graph: Graph, entry: str, choices: dict[str, str]
     except LayoutError as exc:
         try:
             kernel, outputs = _start(graph, choices)
-            sched = Scheduler(split_long_reductions(graph), outputs, kernel.names.taken)
+            staged = split_long_reductions(expand_norms(graph, lowers_alone(graph, kernel)))
+            sched = Scheduler(staged, outputs, kernel.names.taken)
             stages = partition(sched, trial(kernel))
             kernel.names.taken |= sched.taken
             emit_stages(sched, stages, kernel)

@@ -1,5 +1,8 @@
 """Graph rewrites the scheduler applies before cutting a graph into stages.
 
+`expand_norms`: a block normalisation too big for its emitter becomes its row reductions
+and elementwise ops (below).
+
 `split_long_reductions`: a row reduction over more elements than one SBUF row holds
 (`LONG_ROW`) becomes two, as inductor's split reductions do: the row seen as `k` chunks
 (a reshape), each chunk reduced, then the `k` partials reduced. Each half is an ordinary
@@ -10,9 +13,10 @@ joined by a small HBM scratch tensor of partials.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
-from nkibot.convert.models.lowering.ir import Graph, Op, Ref
+from nkibot.convert.models.lowering.ir import Arg, Graph, Op, Ref
 
 LONG_ROW = 16384  # elements: two fp32 rows of this length take 128 KiB of a partition
 CHUNK = 4096  # the longest chunk a split row is cut into (16 KiB of fp32)
@@ -53,3 +57,54 @@ def split_long_reductions(graph: Graph) -> Graph:
                   op.origin)
         ops += [chunked, part, flat, replace(op, args=(Ref(flat.name),), attrs=(("dims", (n,)),))]
     return Graph(graph.leaves, ops, graph.outputs, graph.constants)
+
+
+def expand_norms(graph: Graph, lowers_alone: Callable[[Op], bool]) -> Graph:
+    """The graph with each GroupNorm/LayerNorm block normalisation that does not lower as
+    its own stage (its blocks exceed SBUF) written as row reductions and elementwise ops:
+    the rows are its blocks (the mean, then the centred variance: two passes, no
+    E[x^2] - mean^2 cancellation), which the scheduler stages (and splits when long)."""
+    ops: list[Op] = []
+    for op in graph.ops:
+        kind = op.attr("kind")
+        if op.op != "blocknorm" or kind not in ("group", "layer") or lowers_alone(op):
+            ops.append(op)
+        else:
+            ops += _norm_ops(op, str(kind))
+    return Graph(graph.leaves, ops, graph.outputs, graph.constants)
+
+
+def _norm_ops(op: Op, kind: str) -> list[Op]:
+    shape, x, params = op.shape, op.args[0], op.args[1:]
+    if kind == "group":
+        groups = int(str(op.attr("groups")))
+        rows = (shape[0], groups)
+        affine = (shape[1], *(1,) * (len(shape) - 2))
+    else:
+        count = int(str(op.attr("count")))
+        rows = shape[:len(shape) - count]
+        affine = shape[len(shape) - count:]
+    size = math.prod(shape) // math.prod(rows)
+    eps = float(str(op.attr("eps")))
+    n, row = len(rows), (*rows, size)
+    ops: list[Op] = []
+
+    def emit(suffix: str, name: str, args: tuple[Arg, ...], out: tuple[int, ...],
+             **attrs: object) -> Ref:
+        ops.append(Op(f"{op.name}_{suffix}", name, args, out, "float32", op.origin,
+                      tuple(attrs.items())))
+        return Ref(ops[-1].name)
+
+    xv = emit("rows", "view", (x,), row)
+    mean = emit("mean", "mul", (emit("sum", "rsum", (xv,), (*rows, 1), dims=(n,)),
+                                1.0 / size), (*rows, 1))
+    centred = emit("centred", "sub", (xv, mean), row)
+    var = emit("var", "mul", (emit("sqsum", "rsum", (emit("sq", "square", (centred,), row),),
+                                   (*rows, 1), dims=(n,)), 1.0 / size), (*rows, 1))
+    rstd = emit("rstd", "rsqrt", (emit("vareps", "add", (var, eps), (*rows, 1)),), (*rows, 1))
+    y = emit("normed", "view", (emit("scaled", "mul", (centred, rstd), row),), shape)
+    for i, (param, fold) in enumerate(zip(params, ("mul", "add"), strict=False)):
+        assert isinstance(param, Ref)
+        y = emit(f"affine{i}", fold, (y, emit(f"param{i}", "view", (param,), affine)), shape)
+    last = ops.pop()
+    return [*ops, replace(last, name=op.name, dtype=op.dtype)]

@@ -188,6 +188,23 @@ def trial(kernel: Kernel) -> Fits:
     return fits
 
 
+def lowers_alone(graph: Graph, kernel: Kernel) -> Callable[[Op], bool]:
+    """Whether one op of `graph` lowers as a stage of its own, its inputs in HBM."""
+    fits = trial(kernel)
+
+    def check(op: Op) -> bool:
+        leaves: dict[str, Leaf] = {}
+        for arg in op.args:
+            if isinstance(arg, Ref) and arg.name not in leaves:
+                found = graph.leaf(arg.name) or graph.op(arg.name)
+                assert found is not None, arg.name
+                leaves[arg.name] = Leaf(arg.name, found.shape, found.dtype, "stage", arg.name)
+        out = Output(op.name, kernel.names.fresh(f"{op.name}_alone"), op.shape, op.dtype)
+        sub = Graph(list(leaves.values()), [op], [Ref(op.name)], graph.constants)
+        return fits(Stage(sub, op.op, (), (out,))) is None
+    return check
+
+
 def emit_stages(sched: Scheduler, stages: Sequence[Stage], kernel: Kernel) -> None:
     """Each stage in order: its scratch outputs allocated in HBM, then its group's code."""
     for var, definition in sched.aliases.items():

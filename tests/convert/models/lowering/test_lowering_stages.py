@@ -92,14 +92,13 @@ class TestScheduleIsReadable:
 
 
 def test_op_that_does_not_lower_alone_is_named() -> None:
-    """A GroupNorm whose blocks exceed SBUF declines even as its own stage, and the reason
-    names the op and why."""
-    init = "        self.g = nn.GroupNorm(1, 4)"
-    result = lower_task(make_task(module_source("torch.relu(self.g(x))", init=init),
-                                  [(2, 4, 130, 130)]))
+    """Max pooling over planes too wide for SBUF declines even as its own stage, and the
+    reason names the op and why."""
+    result = lower_task(make_task(module_source("torch.relu(F.max_pool2d(x, 2))"),
+                                  [(1, 1, 8, 65536)]))
     assert isinstance(result, Declined), result
-    assert result.reason.startswith("layout:") and "as stages: self.g does not lower" in (
-        result.reason) and "SBUF budget" in result.reason
+    assert result.reason.startswith("layout:") and "as stages: F.max_pool2d does not lower" in (
+        result.reason) and "bytes per row in SBUF" in result.reason
 
 
 def test_reductions_over_different_dims_become_stages() -> None:
@@ -141,4 +140,18 @@ def test_long_row_reduction_split_in_two(expr: str, shape: tuple[int, ...]) -> N
     task = make_task(module_source(expr), [shape])
     lowered = lower_ok(task)
     assert any("_part_hbm" in line for line in lowered.plan)
+    check_on_sim(task, tol=1e-3)
+
+
+@pytest.mark.parametrize(("groups", "channels", "shape"), [
+    (2, 4, (2, 4, 130, 130)),  # blocks of 2 x 16900: over the block emitter's SBUF budget
+    (1, 256, (2, 256, 4, 4)),  # 256 channels in a group: over 128 partitions
+])
+def test_groupnorm_too_big_for_its_emitter_is_expanded(groups: int, channels: int,
+                                                        shape: tuple[int, ...]) -> None:
+    """The norm becomes row reductions and elementwise stages (rewrite.expand_norms)."""
+    init = (f"        self.g = nn.GroupNorm({groups}, {channels})\n"
+            "        nn.init.normal_(self.g.weight)\n        nn.init.normal_(self.g.bias)")
+    task = make_task(module_source("torch.relu(self.g(x))", init=init), [shape])
+    assert any("g_rstd" in line or "g_scaled" in line for line in lower_ok(task).plan)
     check_on_sim(task, tol=1e-3)

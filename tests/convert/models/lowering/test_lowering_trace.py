@@ -86,9 +86,9 @@ class TestDeclines:
         assert f"at model.py:{line}: `return x if x.sum() > 0 else -x`" in result.reason
 
     def test_layout_misfit_declined(self) -> None:
-        """A GroupNorm whose blocks no emitter can hold in SBUF is declined (even staged)."""
-        source = module_source("self.g(x)", init="        self.g = nn.GroupNorm(1, 4)")
-        result = lower_task(make_task(source, [(2, 4, 130, 130)]))
+        """Pooling whose rows no emitter can hold in SBUF is declined (even staged)."""
+        result = lower_task(make_task(module_source("F.max_pool2d(x, 2) + 1"),
+                                      [(1, 1, 8, 65536)]))
         assert isinstance(result, Declined) and result.reason.startswith("layout:")
 
     def test_function_tasks_declined(self) -> None:
