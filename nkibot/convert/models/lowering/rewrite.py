@@ -76,6 +76,7 @@ def expand_norms(graph: Graph, lowers_alone: Callable[[Op], bool]) -> Graph:
 
 def _norm_ops(op: Op, kind: str) -> list[Op]:
     shape, x, params = op.shape, op.args[0], op.args[1:]
+    rows: tuple[int, ...]
     if kind == "group":
         groups = int(str(op.attr("groups")))
         rows = (shape[0], groups)
