@@ -160,8 +160,10 @@ class TestAutoRouting:
         assert stages == ["backend"] and result.status == "declined"
         assert [(t.turn, t.model) for t in result.transcript] == [(1, "lowering")]
         assert turns == result.transcript and result.turns == 1
-        assert result.reasons == ["the lowering backend declined: unsupported ops: "
-                                  "aten.erfinv.default; " + hint()]
+        (reason,) = result.reasons
+        assert reason.startswith("the lowering backend declined: unsupported ops: "
+                                 "aten.erfinv.default (torch.erfinv at ")  # the user's call
+        assert reason.endswith("; " + hint())
 
     async def test_decline_escalates_to_claude(
         self, anthropic_double: AnthropicDouble, unlowered_task: Task

@@ -15,13 +15,15 @@ def lower_task(task: Task) -> Lowered | Declined:
         return Declined([], f"the lowering converts nn.Module targets, not {task.kind}s")
     from nkibot.convert.models.lowering.trace import TraceError, trace_graph
 
+    sites: dict[str, str] = {}
     try:
-        graph, unsupported = trace_graph(task)
+        graph, unsupported = trace_graph(task, sites)
     except TraceError as exc:
         return Declined([], str(exc), module_error=True)
     if unsupported:
         from nkibot.convert.models.lowering.catalogue import hint
 
-        return Declined(unsupported, "unsupported ops: " + ", ".join(unsupported) + "; "
-                        + hint())
+        # each op as aten names it, then the PyTorch call and line in the user's file
+        named = [f"{op} ({sites[op]})" if op in sites else op for op in unsupported]
+        return Declined(unsupported, "unsupported ops: " + ", ".join(named) + "; " + hint())
     return lower_graph(graph, task.entry_point)

@@ -27,6 +27,19 @@ def _leaf(res: Resolved, arg: object) -> str:
     return res.views[res.target(arg.name)].leaf.name
 
 
+#: The PyTorch module each kind of block normalisation comes from (the user's words).
+NORM_NAMES = {"batch": "BatchNorm", "group": "GroupNorm", "layer": "LayerNorm"}
+
+
+def norm_name(ops: list[Op]) -> str:
+    """`BatchNorm (self.bn)`: the normalisation among `ops` as the user wrote it."""
+    for op in ops:
+        kind = op.attr("kind")
+        if isinstance(kind, str) and kind in NORM_NAMES:
+            return NORM_NAMES[kind] + (f" ({op.origin})" if op.origin else "")
+    return "a LayerNorm, GroupNorm or BatchNorm"
+
+
 def _split(count: int) -> tuple[int, int]:
     """(A, B) with A * B = count, A the largest divisor <= 128."""
     a = next(d for d in range(min(PMAX, count), 0, -1) if count % d == 0)
@@ -35,7 +48,8 @@ def _split(count: int) -> tuple[int, int]:
 
 def emit_blocknorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     if len(res.ops) != 1 or len(outputs) != 1:
-        raise LayoutError("a block normalisation with other ops in the graph")
+        raise LayoutError(f"{norm_name(res.ops)} together with other operations in one "
+                          "kernel: convert the normalisation and the rest as separate modules")
     op = res.ops[0]
     x = _leaf(res, op.args[0])
     if op.attr("kind") == "batch":

@@ -85,8 +85,12 @@ def op_name(node: fx.Node) -> str:
 
 
 class _Lowerer(fx.Interpreter):
-    def __init__(self, gm: fx.GraphModule, graph: Graph, state: dict[str, str]) -> None:
+    def __init__(self, gm: fx.GraphModule, graph: Graph, state: dict[str, str],
+                 source: tuple[str, str] = ("", "")) -> None:
         super().__init__(gm)
+        #: (path, text) of the user's file, and where each unsupported op was called in it
+        self.source, self.sites = source, {}  # type: tuple[str, str], dict[str, str]
+        self.node: fx.Node | None = None
         self.ir, self.state = graph, state
         self.values: dict[str, object] = {}
         self.unsupported: list[str] = []
@@ -94,6 +98,7 @@ class _Lowerer(fx.Interpreter):
         self.placeholders = iter([leaf for leaf in graph.leaves if leaf.source == "input"])
 
     def run_node(self, n: fx.Node) -> Any:
+        self.node = n
         result = super().run_node(n)
         self.values[n.name] = self.lower(n, result)
         return result
@@ -108,7 +113,7 @@ class _Lowerer(fx.Interpreter):
             if key in self.state:
                 return Ref(self.state[key])
             if isinstance(result, torch.Tensor):
-                self.unsupported.append("aten.lift_fresh_copy.default")
+                self._fail("aten.lift_fresh_copy.default")
                 return _UNSUP
             return result
         if n.op == "output":
@@ -125,7 +130,7 @@ class _Lowerer(fx.Interpreter):
             name = op_name(n)
         if _contains_unsup(args) or _contains_unsup(kwargs):
             if handler(name) is None and name != "getitem":
-                self.unsupported.append(f"aten.{name}.default")  # list every one, not the first
+                self._fail(f"aten.{name}.default")  # list every one, not the first
             return _UNSUP
         return self.apply(name, n, args, kwargs, result)
 
@@ -154,6 +159,8 @@ class _Lowerer(fx.Interpreter):
 
     def _fail(self, op: str) -> object:
         self.unsupported.append(op)
+        if self.node is not None:
+            self.sites.setdefault(op, call_site(self.node, *self.source))
         return _UNSUP
 
     def translate(self, value: Any) -> Any:
@@ -208,8 +215,22 @@ def _origin(n: fx.Node) -> str:
     return f"{prefix}.{op_name(n)}"
 
 
-def trace_graph(task: Task) -> tuple[Graph, list[str]]:
-    """(graph, unsupported ops) for the task's module at its input shapes."""
+def call_site(n: fx.Node, path: str, text: str) -> str:
+    """The PyTorch call behind `n` in the user's words: `torch.erfinv at m.py:5: `code``."""
+    where = ""
+    for line in reversed((n.stack_trace or "").splitlines()):
+        found = re.match(r'\s*File "(.+)", line (\d+)', line)
+        if found and found.group(1) == path:
+            number = int(found.group(2))
+            code = (text.splitlines()[number - 1:number] or [""])[0].strip()
+            where = f" at {path}:{number}" + (f": `{code}`" if code else "")
+            break
+    return _origin(n) + where
+
+
+def trace_graph(task: Task, sites: dict[str, str] | None = None) -> tuple[Graph, list[str]]:
+    """(graph, unsupported ops) for the task's module at its input shapes. `sites`, when
+    given, is filled with each unsupported op's call in the user's file (`call_site`)."""
     module = load_module(task)
     graph, state, taken = Graph(), {}, set()  # type: Graph, dict[str, str], set[str]
     meta_inputs = [s.value if s.is_constant else
@@ -235,7 +256,7 @@ def trace_graph(task: Task) -> tuple[Graph, list[str]]:
         raise TraceError(f"forward takes {len(params)} inputs, the task describes "
                          f"{len(task.inputs)}")
     gm.to("meta")
-    lowerer = _Lowerer(gm, graph, state)
+    lowerer = _Lowerer(gm, graph, state, (task.source_path, task.reference_source))
     try:
         lowerer.run(*meta_inputs)
     except Exception as exc:
@@ -244,6 +265,8 @@ def trace_graph(task: Task) -> tuple[Graph, list[str]]:
     out = lowerer.values.get(next(n.name for n in gm.graph.nodes if n.op == "output"))
     outputs = out if isinstance(out, tuple | list) else (out,)
     graph.outputs = [o for o in outputs if isinstance(o, Ref)]
+    if sites is not None:
+        sites.update(lowerer.sites)
     return graph, _dedupe(lowerer.unsupported)
 
 

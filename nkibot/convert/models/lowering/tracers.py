@@ -52,7 +52,11 @@ class _ShapeTracer(meta_tracer.MetaTracer):
 
 
 def symbolic(module: torch.nn.Module) -> fx.GraphModule:
-    return fx.symbolic_trace(module)
+    """`fx.symbolic_trace`, recording each node's stack so a decline can name the line."""
+    tracer = fx.Tracer()
+    tracer.record_stack_traces = True
+    graph = tracer.trace(module)
+    return fx.GraphModule(tracer.root, graph, module.__class__.__name__)
 
 
 def at_shapes(module: torch.nn.Module, inputs: Sequence[object]) -> fx.GraphModule:
@@ -61,6 +65,7 @@ def at_shapes(module: torch.nn.Module, inputs: Sequence[object]) -> fx.GraphModu
              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     metas = {n: v for n, v in zip(names, inputs, strict=False) if isinstance(v, torch.Tensor)}
     tracer = _ShapeTracer()
+    tracer.record_stack_traces = True
     with warnings.catch_warnings():
         # the meta tracer warns for each op whose meta value it cannot compute (a
         # Python scalar input): that op's sizes stay symbolic, as under symbolic_trace

@@ -62,6 +62,25 @@ class TestDeclines:
         assert result.unsupported == UNSUPPORTED_OPS
         assert result.reason.startswith("unsupported ops: aten.erfinv.default")
 
+    def test_each_unsupported_op_names_its_call_and_line(self) -> None:
+        """A decline says which PyTorch call, on which line of the user's file, in its words."""
+        task = make_task(UNSUPPORTED_CHAIN, [(2, 3, 16, 16)])
+        result = lower_task(task)
+        assert isinstance(result, Declined)
+        code = "`return torch.digamma(torch.lgamma(torch.erfinv(x)))`"
+        for op, call in (("erfinv", "torch.erfinv"), ("lgamma", "torch.lgamma"),
+                         ("digamma", "torch.digamma")):
+            assert f"aten.{op}.default ({call} at {task.source_path}:7: {code})" in result.reason
+
+    def test_normalisation_is_named_as_the_user_wrote_it(self) -> None:
+        """BatchNorm, not 'a block normalisation'."""
+        from nkibot.convert.models.lowering.ir import Op
+        from nkibot.convert.models.lowering.norm import norm_name
+
+        bn = Op(name="bn", op="blocknorm", args=(), shape=(2, 8), dtype="float32",
+                origin="self.bn", attrs=(("kind", "batch"),))
+        assert norm_name([bn]) == "BatchNorm (self.bn)"
+
     def test_decline_is_fast(self) -> None:
         """Declining needs no kernel work: well under two seconds in-process."""
         started = time.monotonic()
