@@ -124,27 +124,37 @@ def _reference_relpath(task: Task, test_dir: Path) -> str:
         return str(reference)
 
 
-def write_local_outputs(result: ConversionResult, task: Task, out_dir: Path) -> list[Path]:
-    """Write the kernel, its pytest file (verified kernels only) and report.md."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+def local_output_files(result: ConversionResult, task: Task, out_dir: Path
+                       ) -> list[tuple[Path, str]]:
+    """(path relative to `out_dir`, text) of the kernel, its pytest file (verified kernels
+    only), a pytest.ini beside it and report.md (pure: `out_dir` only locates the
+    reference for the test's import)."""
+    files: list[tuple[Path, str]] = []
     if result.kernel is not None:
-        kernel_file = out_dir / result.kernel.path
-        kernel_file.parent.mkdir(parents=True, exist_ok=True)
-        kernel_file.write_text(kernel_file_text(result, sha=None, repo=None), encoding="utf-8")
-        written.append(kernel_file)
+        kernel_rel = Path(result.kernel.path)
+        files.append((kernel_rel, kernel_file_text(result, sha=None, repo=None)))
         if result.status == "verified":
-            test_file = out_dir / test_path_for(result.kernel.path)
-            test_file.write_text(test_file_text(
-                result, kernel_module=kernel_file.stem, entry=task.entry_point,
-                reference_path=_reference_relpath(task, test_file.parent), kind=task.kind,
-                init_args=task.init_args, tolerance=_tolerance(result, task),
-            ), encoding="utf-8")
-            written.append(test_file)
-            written += _isolating_ini(out_dir)
-    report = out_dir / "report.md"
-    report.write_text(markdown_report(result), encoding="utf-8")
-    written.append(report)
+            test_rel = Path(test_path_for(result.kernel.path))
+            files.append((test_rel, test_file_text(
+                result, kernel_module=kernel_rel.stem, entry=task.entry_point,
+                reference_path=_reference_relpath(task, (out_dir / test_rel).parent),
+                kind=task.kind, init_args=task.init_args, tolerance=_tolerance(result, task),
+            )))
+            files.append((Path("pytest.ini"), ISOLATING_INI))
+    files.append((Path("report.md"), markdown_report(result)))
+    return files
+
+
+def write_local_outputs(result: ConversionResult, task: Task, out_dir: Path) -> list[Path]:
+    """Write `local_output_files` under `out_dir` (an existing pytest.ini is kept)."""
+    written: list[Path] = []
+    for rel, text in local_output_files(result, task, out_dir):
+        path = out_dir / rel
+        if rel == Path("pytest.ini") and path.exists():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
     return written
 
 
@@ -155,12 +165,3 @@ ISOLATING_INI = """# Written by nkibot: the generated tests need no pytest plugi
 # filterwarnings = error) must not break them. Run: pytest <this folder>
 [pytest]
 """
-
-
-def _isolating_ini(out_dir: Path) -> list[Path]:
-    """A `pytest.ini` in the output folder, unless one is there already (it is kept)."""
-    ini = out_dir / "pytest.ini"
-    if ini.exists():
-        return []
-    ini.write_text(ISOLATING_INI, encoding="utf-8")
-    return [ini]

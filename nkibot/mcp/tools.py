@@ -7,6 +7,8 @@ wrong and what to do; a kernel that fails is a result, not an error.
 
 from __future__ import annotations
 
+import io
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,8 @@ from nkibot.mcp.workspace import ToolInputError, Workspace
 from nkibot.results import ConversionResult
 from nkibot.task import Task
 
+#: The most bytes `simulate`'s random inputs may take, checked before they are made.
+MAX_INPUT_BYTES = 512 * 1024 * 1024
 #: Source size an IDE agent may send (a kernel file, not a repository).
 MAX_CODE_BYTES = 512 * 1024
 
@@ -137,11 +141,11 @@ class Tools:
                     "simulator": run.simulator, "platform": self.platform}
         written: list[str] = []
         if out_dir is not None:
-            folder = self.workspace.resolve(out_dir, what="out_dir", must_exist=False)
-            folder.mkdir(parents=True, exist_ok=True)
             for i, out in enumerate(run.outputs):
-                np.save(folder / f"output{i}.npy", out)
-                written.append(self.workspace.relative(folder / f"output{i}.npy"))
+                buffer = io.BytesIO()
+                np.save(buffer, out, allow_pickle=False)
+                path = self.workspace.write(out_dir, f"output{i}.npy", buffer.getvalue())
+                written.append(self.workspace.relative(path))
         return {"ok": True, "simulator": run.simulator, "platform": self.platform,
                 "stats": run.stats,
                 "outputs": [output_stats(o) for o in run.outputs], "written": written}
@@ -161,12 +165,16 @@ class Tools:
         specs = self.shapes(shapes)
         if not specs:
             raise ToolInputError("give inputs (.npy files) or shapes (NAME=DIMSxDTYPE)")
-        rng = np.random.default_rng(seed)
-        arrays = []
         for s in specs:
             if s.dtype not in NUMPY_DTYPES:
                 raise ToolInputError(f"unsupported dtype {s.dtype!r} for {s.name}")
-            arrays.append(random_array(list(s.shape), s.dtype, rng))
+        size = sum(math.prod(s.shape) * NUMPY_DTYPES[s.dtype].itemsize for s in specs)
+        if size > MAX_INPUT_BYTES:
+            # Checked before anything is allocated: the arrays are built in this process.
+            raise ToolInputError(f"the inputs would take {size / 2**20:.0f} MiB, more than "
+                                 f"{MAX_INPUT_BYTES // 2**20} MiB; use smaller shapes")
+        rng = np.random.default_rng(seed)
+        arrays = [random_array(list(s.shape), s.dtype, rng) for s in specs]
         return arrays, [s.name for s in specs]
 
     def lookup(self, topic: str) -> str:
@@ -179,7 +187,7 @@ class Tools:
     def emit(self, result: dict[str, Any], out_dir: str) -> dict[str, Any]:
         from pydantic import ValidationError
 
-        from nkibot.github.artifacts import write_local_outputs
+        from nkibot.github.artifacts import local_output_files
 
         try:
             parsed = ConversionResult.model_validate(result)
@@ -191,11 +199,13 @@ class Tools:
         kernel_rel = Path(parsed.kernel.path)
         if kernel_rel.is_absolute() or ".." in kernel_rel.parts:
             raise ToolInputError(f"kernel path {parsed.kernel.path!r} must be relative")
-        folder = self.workspace.resolve(out_dir, what="out_dir", must_exist=False)
+        folder = self.workspace.root.joinpath(*self.workspace.parts(out_dir, what="out_dir"))
         shapes = [f"{a.name}={'x'.join(map(str, a.shape))}x{a.dtype}"
                   for a in parsed.kernel.args if a.source == "input" and a.shape]
         task = self.task(parsed.target, shapes or None)
-        written = write_local_outputs(parsed, task, folder)
+        written = [self.workspace.write(out_dir, rel, text.encode())
+                   for rel, text in local_output_files(parsed, task, folder)
+                   if not (rel.name == "pytest.ini" and (folder / rel).is_file())]
         return {"written": [self.workspace.relative(p) for p in written]}
 
 

@@ -173,6 +173,28 @@ class TestSimulate:
                                       np.maximum(x, 0))
 
 
+    async def test_writes_follow_no_planted_link_and_big_shapes_are_refused(
+            self, workspace: Path) -> None:
+        """Issue 26, class 3: `out_dir` holding a link to a file outside the workspace is
+        refused (the file is untouched), and 40000x40000 random inputs (6 GB) are refused
+        before anything is allocated; the server keeps answering."""
+        outside = workspace.parent / f"{workspace.name}-outside.npy"
+        outside.write_bytes(b"precious")
+        (workspace / "sim_out").mkdir()
+        (workspace / "sim_out" / "output0.npy").symlink_to(outside)
+        code = (workspace / "relu_ok.py").read_text()
+        async with connect(workspace) as client:
+            planted = error_text(await client.call_tool(
+                "simulate", {"code": code, "shapes": ["x=128x64xfloat32"],
+                             "out_dir": "sim_out"}))
+            huge = error_text(await client.call_tool(
+                "simulate", {"code": code, "shapes": ["x=40000x40000xfloat32"]}))
+            alive = payload(await client.call_tool("lookup", {"topic": "reductions"}))
+        assert "follows no link" in planted and outside.read_bytes() == b"precious"
+        assert "6104 MiB" in huge and "use smaller shapes" in huge
+        assert alive
+
+
 class TestErrors:
     async def test_bad_input_is_an_error_result_not_a_crash(self, workspace: Path) -> None:
         """Bad paths, traversal, unparsable code and unknown targets say what is wrong."""
