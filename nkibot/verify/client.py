@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from nkibot.verify.sandbox import (
+    DISK_FULL,
     REFERENCE,
     Confinement,
     SandboxOutcome,
+    disk_full_reason,
     python_module_argv,
     run_sandboxed,
 )
@@ -37,7 +39,10 @@ class HarnessReply:
         error = self.response.get("error")
         if not isinstance(error, dict):
             return "error: the harness reported failure without an error"
-        return f"{error.get('type', 'error')}: {error.get('message', 'unknown error')}"
+        message = str(error.get("message", "unknown error"))
+        if DISK_FULL in message:
+            return f"{disk_full_reason()}: {message}"
+        return f"{error.get('type', 'error')}: {message}"
 
 
 def run_harness(

@@ -108,6 +108,10 @@ def probe(policy: SandboxPolicy) -> Isolation:
         missing.append("separate uid (the runner is not root, so children run as its uid)")
         fixes.append("run the runner as root so children run as the sandbox uid "
                      f"{policy.uid}")
+    if exe is not None and not _sized_tmpfs(exe):
+        missing.append("bounded scratch (this bubblewrap has no --size for a size-limited "
+                       "tmpfs, so a child's scratch could fill the disk)")
+        fixes.append("install bubblewrap 0.8 or later")
     if exe is not None:
         problem = _userns_problem(exe, policy if switch else None)
         if problem:
@@ -116,6 +120,15 @@ def probe(policy: SandboxPolicy) -> Isolation:
                          "kernel.unprivileged_userns_clone=1 user.max_user_namespaces=15000")
     level: Level = "full" if not missing else "reduced"
     return Isolation(level, tuple(missing), tuple(fixes), exe, switch)
+
+
+def _sized_tmpfs(exe: str) -> bool:
+    """Whether bubblewrap takes `--size` before `--tmpfs` (0.8 and later)."""
+    try:
+        shown = subprocess.run([exe, "--help"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--size" in shown.stdout + shown.stderr
 
 
 def _userns_problem(exe: str, policy: SandboxPolicy | None) -> str | None:

@@ -74,9 +74,20 @@ class SandboxOutcome:
             }.get(name, "terminated by a signal")
             return f"child process {hint} ({name})"
         tail = self.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+        if DISK_FULL in tail[0]:
+            return f"{disk_full_reason()}: {tail[0]}"
         if "MemoryError" in tail[0] or "Cannot allocate memory" in tail[0]:
             return f"ran out of memory (limit {self.memory_mb} MiB): {tail[0]}"
         return f"child exited with status {self.returncode}: {tail[0]}"
+
+
+#: strerror(ENOSPC), in the child's exception when its scratch (or a disk) is full.
+DISK_FULL = "No space left on device"
+
+
+def disk_full_reason() -> str:
+    return (f"the run's scratch space is full (a {view.SCRATCH_MB} MiB tmpfs per child; "
+            "write less to HOME or TMPDIR)")
 
 
 def network_isolation_available() -> bool:
@@ -163,7 +174,8 @@ def run_sandboxed(
             command, fds = _reduced(argv, network), ()
             launch = Launch(Limits(memory_mb, cpu, None))
             labels = (["isolation: reduced", "missing: bubblewrap sandbox (network wanted)"]
-                      if network else found.labels()) + _reduced_applied(command, argv)
+                      if network else found.labels()) + _reduced_applied(command, argv) + [
+                "unbounded scratch: a host directory, RLIMIT_FSIZE caps each file only"]
         started = time.monotonic()
         try:
             out, err, code, timed_out = _run(command, stdin, env, cwd or scratch, launch,
@@ -181,7 +193,7 @@ def run_sandboxed(
 
 def _applied(confinement: Confinement) -> list[str]:
     applied = ["env", "tmpdir", "rlimits", "userns", "pidns", "mountns", "netns", "ipcns",
-               "utsns", "seccomp", "uid"]
+               "utsns", "seccomp", "uid", f"scratch-tmpfs {view.SCRATCH_MB} MiB"]
     return applied + ([] if confinement.torch else ["no-torch"])
 
 

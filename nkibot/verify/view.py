@@ -2,8 +2,9 @@
 
 The child's root is an empty tmpfs. Into it go, read-only: /usr (and the /bin, /lib...
 links), a few harmless files of /etc, the Python install, the venv and the nkibot
-package; then the run's inputs (read-only), its outputs and one private scratch
-directory (writable). Nothing else of the host exists there: no /tmp, no /home, no
+package; then the run's inputs (read-only), its outputs (writable) and one private
+scratch directory: a tmpfs of `SCRATCH_MB` MiB (bubblewrap's `--size`), so a child
+cannot fill the host's disk through it. Nothing else of the host exists there: no /tmp, no /home, no
 /run (secrets), no host /proc (a fresh one shows only the sandbox's own processes), no
 host sockets. A child that must not see torch gets each site-packages directory as a
 tmpfs holding only an allow-list of entries (NumPy, ml_dtypes, nkibot).
@@ -159,8 +160,16 @@ def nkibot_dir() -> Path:
     return Path(nkibot.__file__).resolve().parent
 
 
-def build(plan: Plan, confinement: Confinement, scratch: Path) -> None:
-    """Fill `plan.args` with the whole mount view for one child."""
+#: The child's scratch (HOME, TMPDIR, its working directory) is a tmpfs of this size
+#: inside the sandbox: RLIMIT_FSIZE caps each file, this caps them all (a child that
+#: writes 256 MiB files in a loop gets ENOSPC, not the host's disk).
+SCRATCH_MB = 512
+
+
+def build(plan: Plan, confinement: Confinement, scratch: Path,
+          scratch_mb: int | None = SCRATCH_MB) -> None:
+    """Fill `plan.args` with the whole mount view for one child (`scratch_mb` None: the
+    host's scratch directory is bound as it is, unbounded)."""
     plan.args += ["--ro-bind", "/usr", "/usr"]
     for top in map(Path, TOP_LINKS):
         if top.is_symlink():
@@ -177,8 +186,12 @@ def build(plan: Plan, confinement: Confinement, scratch: Path) -> None:
     plan.bind(nkibot_dir())
     for path in confinement.readable:
         plan.bind(path)
-    for path in (*confinement.writable, scratch):
+    for path in confinement.writable:
         plan.bind(path, writable=True)
+    if scratch_mb is None:
+        plan.bind(scratch, writable=True)
+    else:
+        plan.args += ["--size", str(scratch_mb * 1024 * 1024), "--tmpfs", str(scratch)]
     plan.args += ["--proc", "/proc", "--dev", "/dev"]
     for device in confinement.devices:
         plan.args += ["--dev-bind-try", device, device]

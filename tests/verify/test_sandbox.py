@@ -141,3 +141,56 @@ class TestFullIsolation:
         code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
         out = run_sandboxed([sys.executable, "-I", "-c", code], timeout_s=30)
         assert out.killed_by_signal == 9
+
+
+#: Writes 256 MiB files into HOME (the scratch) until something stops it.
+FILL_SCRATCH = r'''
+import os
+written = 0
+try:
+    for i in range(12):
+        with open(os.path.join(os.environ["HOME"], f"f{i}"), "wb") as handle:
+            for _ in range(256):
+                handle.write(b"\0" * (1 << 20))
+        written += 256
+finally:
+    print("wrote", written, "MiB", flush=True)
+'''
+
+
+class TestScratchDisk:
+    """Issue 26, class 2: RLIMIT_FSIZE caps each file; the scratch's size caps them all."""
+
+    def test_filling_the_scratch_stops_at_its_size_with_a_clear_reason(self) -> None:
+        """3 GiB in 256 MiB files (each under RLIMIT_FSIZE) stops at the tmpfs's 512 MiB
+        with ENOSPC, and the outcome says the run's scratch is full; the host's disk
+        never sees it."""
+        out = run_sandboxed([sys.executable, "-I", "-c", FILL_SCRATCH], timeout_s=60)
+        assert not out.ok and b"wrote 512 MiB" in out.stdout, (out.stdout, out.stderr[-500:])
+        assert out.reason().startswith("the run's scratch space is full (a 512 MiB tmpfs")
+        assert "scratch-tmpfs 512 MiB" in out.isolation
+
+    def test_harness_error_names_the_full_scratch(self) -> None:
+        """A harness child whose exception is ENOSPC gets the same one-line reason."""
+        from nkibot.verify.client import HarnessReply
+
+        reply = HarnessReply(response={"ok": False, "error": {
+            "type": "OSError", "message": "[Errno 28] No space left on device"}},
+            outcome=run_sandboxed([sys.executable, "-I", "-c", "0"], timeout_s=30))
+        assert reply.failure().startswith("the run's scratch space is full")
+
+    def test_without_size_support_isolation_is_reduced_and_says_why(
+            self, tmp_path: Path) -> None:
+        """A bubblewrap without --size cannot bound the scratch: the host is reported as
+        reduced isolation, naming the bounded scratch as missing."""
+        from nkibot.verify import isolation
+
+        fake = tmp_path / "bwrap"
+        fake.write_text("#!/bin/sh\necho 'usage: bwrap [OPTIONS...] [--] COMMAND'\n")
+        fake.chmod(0o755)
+        assert not isolation._sized_tmpfs(str(fake))
+        assert isolation._sized_tmpfs(isolation.current().bwrap or "")
+        found = isolation.probe(isolation.SandboxPolicy(bwrap=str(fake)))
+        assert found.level == "reduced"
+        assert any(m.startswith("bounded scratch") for m in found.missing)
+        assert "bubblewrap 0.8 or later" in " ".join(found.fixes)
