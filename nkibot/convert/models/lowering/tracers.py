@@ -103,7 +103,10 @@ def describe(failures: list[tuple[str, BaseException]], source_path: str, entry:
         where = user_line(failure, source_path)
         if where:
             break
-    hint = ""
+    # Otherwise the message is the tracer's, about its proxies: say whose limit it is,
+    # so it does not read as a bug in a module that runs as written.
+    hint = (" (a limit of the lowering's tracer, not an error in the module; a model, "
+            "--model claude or bedrock with a key, can still convert it)")
     if "control flow" in first or "data-dependent" in first or "meta tensor" in first:
         hint = (" (the forward branches or loops on tensor values; kernels have fixed "
                 "control flow: compute both sides and select with torch.where)")

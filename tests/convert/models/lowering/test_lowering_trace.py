@@ -93,6 +93,15 @@ class TestDeclines:
         graph, unsupported = trace_graph(make_task(source, [(4, 8)]))
         assert unsupported == [] and [op.op for op in graph.ops] == ["copy", "mul"]
 
+    def test_tracer_limits_do_not_read_as_user_bugs(self) -> None:
+        """A module that runs as written but that no tracer can follow (numpy on a traced
+        tensor): the decline says it is the tracer's limit and what can still convert it."""
+        source = "import numpy as np\n" + module_source("torch.from_numpy(np.asarray(x)) + x")
+        result = lower_task(make_task(source, [(4, 8)]))
+        assert isinstance(result, Declined) and "could not trace Model" in result.reason
+        assert "a limit of the lowering's tracer, not an error in the module" in result.reason
+        assert "--model claude or bedrock" in result.reason
+
     def test_untraceable_module_declined(self) -> None:
         """Data-dependent control flow fails every tracer and becomes a decline that names
         the construct and the line of the user's file, with what to do instead."""
