@@ -77,6 +77,12 @@ def _too_big(graph: Graph) -> str:
             "with --shape NAME=DIMSxDTYPE (e.g. halve the dims that size the output)")
 
 
+#: What a user can do about a graph no tiling fits (every layout decline ends with it).
+LAYOUT_ADVICE = ("what you can do: other input shapes with --shape NAME=DIMSxDTYPE (the "
+                 "limits above are per tile), a smaller module (convert its parts one by "
+                 "one), or a model (--model claude or bedrock, with a key)")
+
+
 def prune(graph: Graph) -> Graph:
     """The graph without ops no output needs (a flip folded into a scan leaves its own)."""
     needed = {ref.name for ref in graph.outputs}
@@ -139,7 +145,7 @@ def _lower(graph: Graph, entry: str, choices: dict[str, str]
             share_helpers(kernel)
         except LayoutError as staged:
             why = str(exc) if len(graph.ops) <= 1 else f"{exc}; and as stages: {staged}"
-            return Declined([], f"layout: {why}")
+            return Declined([], f"layout: {why}; {LAYOUT_ADVICE}")
     fn = kernel_name(entry)
     ops = list(dict.fromkeys(op.origin for op in graph.ops if op.origin))
     plan = [stage.summary() for stage in stages]

@@ -118,6 +118,11 @@ class TestDeclines:
         result = lower_task(make_task(module_source("F.max_pool2d(x, 2) + 1"),
                                       [(1, 1, 8, 65536)]))
         assert isinstance(result, Declined) and result.reason.startswith("layout:")
+        # and says what the user can do about it
+        assert result.reason.endswith("what you can do: other input shapes with --shape "
+                                      "NAME=DIMSxDTYPE (the limits above are per tile), a "
+                                      "smaller module (convert its parts one by one), or a "
+                                      "model (--model claude or bedrock, with a key)")
 
     def test_function_tasks_declined(self) -> None:
         """Only nn.Module targets are lowered."""
