@@ -126,9 +126,13 @@ def _replay(request: dict[str, Any], out: Path) -> None:
 
     if request.get("op") != "run_kernel":
         return
+    from threadpoolctl import threadpool_limits
+
     from nkibot.verify.children import kernel_side
 
-    with tempfile.TemporaryDirectory(prefix="ttv-replay-") as tmp:
+    # One BLAS thread, as the sandbox gives every child (child_env): a threaded BLAS on a
+    # busy host makes the simulator's small matmuls 1000x slower and the profile a lie.
+    with tempfile.TemporaryDirectory(prefix="ttv-replay-") as tmp, threadpool_limits(1):
         prof = cProfile.Profile()
         prof.runcall(kernel_side.run_kernel, {**request, "out_dir": tmp})
         prof.dump_stats(str(out))

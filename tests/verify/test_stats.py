@@ -6,7 +6,14 @@ import ml_dtypes
 import numpy as np
 
 from nkibot.task import Tolerance
-from nkibot.verify.stats import Expected, compare, dtype_ok, mismatch_reason, near_constant
+from nkibot.verify.stats import (
+    Expected,
+    compare,
+    dtype_ok,
+    largest,
+    mismatch_reason,
+    near_constant,
+)
 
 TOL = Tolerance(atol=1e-3, rtol=1e-3)
 
@@ -242,3 +249,43 @@ class TestDtypeOk:
         """NKI has no 64-bit types, so float64/int64 references accept the 32-bit dtype."""
         assert dtype_ok("float64", "float32") and dtype_ok("int64", "int32")
         assert not dtype_ok("float32", "float16")
+
+
+def _near_constant_by_definition(e: np.ndarray, tol: Tolerance) -> tuple[float, float] | None:
+    """The element-wise rule, every element checked against 0 and then the median."""
+    finite = e.astype(np.float64)[np.isfinite(e)]
+    if finite.size == 0:
+        return None
+    for centre in (0.0, float(np.median(finite))):
+        if np.all(np.abs(finite - centre) <= tol.atol + tol.rtol * np.abs(finite)):
+            return centre, float(np.max(np.abs(finite - centre)))
+    return None
+
+
+class TestFastPaths:
+    """The shortcuts taken for large outputs decide exactly as the plain definitions."""
+
+    def test_near_constant_agrees_with_the_element_wise_rule(self) -> None:
+        rng = np.random.default_rng(7)
+        tols = [TOL, Tolerance(atol=0.0, rtol=1e-2), Tolerance(atol=1e-5, rtol=0.0)]
+        cases = 0
+        for _ in range(400):
+            n = int(rng.integers(1, 300))
+            centre = float(rng.choice([0.0, 1.0, -3.0, 100.0, 2.07e7]))
+            spread = float(rng.choice([0.0, 1e-7, 1e-4, 1e-3, 0.05, 1.0]))
+            e = (centre + spread * rng.standard_normal(n)).astype(np.float32)
+            if rng.random() < 0.2:
+                e[rng.integers(0, n)] = rng.choice([np.nan, np.inf, -np.inf])
+            for tol in tols:
+                assert near_constant(e, tol) == _near_constant_by_definition(e, tol)
+                cases += near_constant(e, tol) is not None
+        assert cases > 100  # both answers were exercised
+
+    def test_largest_are_the_biggest_first_then_by_position(self) -> None:
+        rng = np.random.default_rng(3)
+        for _ in range(300):
+            v = rng.integers(0, 4, int(rng.integers(1, 40))).astype(np.float64)
+            if rng.random() < 0.3:
+                v[rng.integers(0, v.size)] = np.inf
+            want = sorted(range(v.size), key=lambda i: (-v[i], i))[:5]
+            assert list(largest(v, 5)) == want
