@@ -280,3 +280,59 @@ def listening_addresses(port: int) -> set[str]:
         if int(port_hex, 16) == port and state == "0A":
             found.add(".".join(str(int(ip_hex[i:i + 2], 16)) for i in (6, 4, 2, 0)))
     return found
+
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "probe", "version": "0"}}}
+
+
+class TestHttpExposure:
+    async def test_non_loopback_bind_needs_the_token_and_a_known_host(
+            self, workspace: Path, tmp_path: Path) -> None:
+        """Issue 26, class 3: `--host 0.0.0.0` serves nothing without the bearer token,
+        checks Host on every request, and says on start-up what is exposed."""
+        import socket
+        import subprocess
+
+        import httpx
+
+        token = "s3cret-token-for-the-test-0123456789"
+        token_file = tmp_path / "token"
+        token_file.write_text(token + "\n")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from nkibot.cli import main; main()", "mcp",
+             "--http", str(port), "--host", "0.0.0.0", "--token-file", str(token_file),
+             "--root", str(workspace)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        url = f"http://127.0.0.1:{port}/mcp"
+        headers = {"accept": "application/json, text/event-stream",
+                   "content-type": "application/json"}
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    await anyio.sleep(0.3)
+            async with httpx.AsyncClient(timeout=30) as http:
+                anonymous = await http.post(url, json=INIT, headers=headers)
+                wrong = await http.post(url, json=INIT, headers={
+                    **headers, "authorization": "Bearer not-the-token-at-all-00000"})
+                rebound = await http.post(url, json=INIT, headers={
+                    **headers, "authorization": f"Bearer {token}",
+                    "host": f"evil.example:{port}"})
+                allowed = await http.post(url, json=INIT, headers={
+                    **headers, "authorization": f"Bearer {token}"})
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=20)
+        assert (anonymous.status_code, wrong.status_code) == (401, 401)
+        assert rebound.status_code in (400, 403, 421), rebound.status_code
+        assert allowed.status_code == 200, allowed.text
+        banner = err.decode()
+        assert "bearer token required" in banner and "every network" in banner
+        assert token not in banner
