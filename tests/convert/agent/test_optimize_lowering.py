@@ -23,20 +23,33 @@ MATMUL = module_source("torch.matmul(x, y)", args="x, y")
 SHAPES = [(256, 256), (256, 1024)]
 
 
+def _tiling(source: str) -> str:
+    """The tiling a kernel's comment names: "b-panel", "stream" or "blocked BMxBN"."""
+    for line in source.splitlines():
+        line = line.strip()
+        if line.startswith("# tiling: "):
+            return line.removeprefix("# tiling: ").split(" (")[0]
+        if line.startswith("# blocked "):
+            return line.removeprefix("# ").split(":")[0]
+    raise AssertionError("no tiling comment")
+
+
 def test_every_fitting_tiling_is_a_variant_with_the_same_results() -> None:
-    """Both matmul tilings fit: one is the kernel, the other a variant, and both compute
-    the same product on the simulator."""
+    """The blocked form's next block size and the panel form are variants; each is a
+    different tiling from the kernel's and computes the same product on the simulator."""
     lowered = lower_task(make_task(MATMUL, SHAPES))
     assert isinstance(lowered, Lowered), lowered
-    (variant,) = lowered.variants
-    assert variant.name.startswith("matmul tiling ")
-    picked = "b-panel" if "tiling: b-panel" in lowered.source else "stream"
-    assert variant.name.removeprefix("matmul tiling ") != picked
-    assert "a variant, kept only if it verifies and is faster" in variant.source
+    names = [v.name.removeprefix("matmul tiling ") for v in lowered.variants]
+    assert len(names) == 2 and all(v.name.startswith("matmul tiling ") for v in lowered.variants)
+    assert _tiling(lowered.source).startswith("blocked ")
+    assert [_tiling(v.source) for v in lowered.variants] == names
+    assert _tiling(lowered.source) not in names and "b-panel" in names
     rng = np.random.default_rng(0)
     x, y = (rng.standard_normal(s).astype(np.float32) for s in SHAPES)
     want = x @ y
-    for source in (lowered.source, variant.source):
+    for variant in lowered.variants:
+        assert "a variant, kept only if it verifies and is faster" in variant.source
+    for source in (lowered.source, *(v.source for v in lowered.variants)):
         (got,) = simulate(source, lowered.function, [x, y])
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
@@ -45,16 +58,19 @@ async def test_variants_are_offered_after_the_first_turn_then_it_declines() -> N
     backend = LoweringBackend(lower=lower_task)
     conv = Conversation(task=make_task(MATMUL, SHAPES), system="")
     first = await backend.turn(conv)
-    assert backend.variants_left == 1
-    conv.messages += [Message(role="assistant", text=first.text, tool_calls=first.tool_calls),
-                      Message(role="user", tool_results=[ToolResult(
-                          tool_call_id=first.tool_calls[0].id, content="verified")])]
-    second = await backend.turn(conv)
-    assert second.text.startswith("Change: matmul tiling ")
-    code = second.tool_calls[0].arguments["code"]
-    assert second.tool_calls[0].name == "verify_kernel" and code != first.tool_calls[0].arguments[
-        "code"]
-    assert backend.variants_left == 0
+    assert backend.variants_left == 2
+    codes = {first.tool_calls[0].arguments["code"]}
+    last = first
+    for left in (1, 0):
+        conv.messages += [Message(role="assistant", text=last.text, tool_calls=last.tool_calls),
+                          Message(role="user", tool_results=[ToolResult(
+                              tool_call_id=last.tool_calls[0].id, content="verified")])]
+        last = await backend.turn(conv)
+        assert last.text.startswith("Change: matmul tiling ")
+        assert last.tool_calls[0].name == "verify_kernel"
+        codes.add(last.tool_calls[0].arguments["code"])
+        assert backend.variants_left == left
+    assert len(codes) == 3
     third = await backend.turn(conv)
     assert third.declined is not None and third.tool_calls == []
 
@@ -70,55 +86,63 @@ async def _optimize(task: Task, lowering: LoweringBackend, children: Children) -
 
 
 async def test_a_tiling_modelled_slower_is_not_verified() -> None:
-    """The proxy's pick (b-panel) is modelled faster than its variant (stream): the variant
-    is costed, never compiled nor verified, and the chain says why, with both times."""
+    """The lowering's pick (the blocked form) is modelled faster than both variants (the
+    next block size, the panel form): each is costed, never compiled nor verified, and the
+    chain says why, with both times."""
     task = make_task(MATMUL, SHAPES)
     children = Children()
     outcome = await _optimize(task, LoweringBackend(lower=lower_task), children)
     assert outcome.status == "verified" and outcome.tokens.total == 0
-    first, variant = outcome.optimize_chain
+    first, *variants = outcome.optimize_chain
     assert first.change == "first verified kernel" and first.kept and first.verified
-    assert variant.change == "matmul tiling stream" and not variant.kept
-    assert variant.verified is None and first.time_us is not None
-    assert variant.time_us is not None and variant.time_us > first.time_us
-    assert variant.reason == (f"not verified: modelled slower ({variant.time_us:.1f} µs "
-                              f"against {first.time_us:.1f} µs)")
-    assert first.source == variant.source == MODEL
-    stream = next(src for op, src in children.ran if "tiling: stream" in src)
-    assert children.ops(stream) == ["cost"]
-    assert "tiling: b-panel" in (outcome.best_source or "")
+    assert first.time_us is not None and first.source == MODEL
+    assert {v.change for v in variants} == {"matmul tiling b-panel",
+                                            f"matmul tiling {_other_blocks(task)}"}
+    for variant in variants:
+        assert not variant.kept and variant.verified is None and variant.source == MODEL
+        assert variant.time_us is not None and variant.time_us > first.time_us
+        assert variant.reason == (f"not verified: modelled slower ({variant.time_us:.1f} µs "
+                                  f"against {first.time_us:.1f} µs)")
+    panel = next(src for op, src in children.ran if "tiling: b-panel" in src)
+    assert children.ops(panel) == ["cost"]
+    assert _tiling(outcome.best_source or "").startswith("blocked ")
 
 
-def _stream_first(task: Task) -> Lowered | Declined:
-    """The lowering with its stream tiling as the first kernel, and as variants (slowest
-    first) the stream kernel again under a new comment, then the proxy's b-panel pick."""
+def _other_blocks(task: Task) -> str:
     lowered = lower_task(task)
-    assert isinstance(lowered, Lowered) and len(lowered.variants) == 1
-    stream = lowered.variants[0].source
-    return Lowered(stream, lowered.function, lowered.ops, [
-        Variant("matmul tiling stream, annotated", "# the stream tiling again\n" + stream),
-        Variant("matmul tiling b-panel", lowered.source)])
+    assert isinstance(lowered, Lowered)
+    return next(_tiling(v.source) for v in lowered.variants if "blocked" in v.name)
+
+
+def _panel_first(task: Task) -> Lowered | Declined:
+    """The lowering with its panel tiling as the first kernel, and as variants (slowest
+    first) the panel kernel again under a new comment, then the blocked pick."""
+    lowered = lower_task(task)
+    assert isinstance(lowered, Lowered)
+    panel = next(v.source for v in lowered.variants if v.name == "matmul tiling b-panel")
+    return Lowered(panel, lowered.function, lowered.ops, [
+        Variant("matmul tiling b-panel, annotated", "# the panel tiling again\n" + panel),
+        Variant("matmul tiling blocked", lowered.source)])
 
 
 async def test_a_tiling_modelled_faster_is_verified_first_and_kept() -> None:
-    """Variants run fastest first: b-panel (listed last) is modelled faster than the stream
-    kernel, so it is verified (both determinism children) and kept; the annotated stream
-    kernel is then modelled slower than the kept one, and is not verified."""
+    """Variants run fastest first: the blocked kernel (listed last) is modelled faster than
+    the panel kernel, so it is verified (both determinism children) and kept; the annotated
+    panel kernel is then modelled slower than the kept one, and is not verified."""
     task = make_task(MATMUL, SHAPES)
     children = Children()
-    outcome = await _optimize(task, LoweringBackend(lower=_stream_first), children)
+    outcome = await _optimize(task, LoweringBackend(lower=_panel_first), children)
     assert outcome.status == "verified"
-    first, panel, again = outcome.optimize_chain
-    assert panel.change == "matmul tiling b-panel" and panel.verified and panel.kept
-    assert again.change == "matmul tiling stream, annotated"
+    first, blocked, again = outcome.optimize_chain
+    assert blocked.change == "matmul tiling blocked" and blocked.verified and blocked.kept
+    assert again.change == "matmul tiling b-panel, annotated"
     assert again.verified is None and not again.kept
-    assert first.time_us is not None and panel.time_us is not None
-    assert panel.time_us < first.time_us * 0.95
+    assert first.time_us is not None and blocked.time_us is not None
+    assert blocked.time_us < first.time_us * 0.95
     assert again.reason == (f"not verified: modelled slower ({first.time_us:.1f} µs "
-                            f"against {panel.time_us:.1f} µs)")
-    assert "tiling: b-panel" in (outcome.best_source or "")
-    panel_src = next(src for _, src in children.ran if "tiling: b-panel" in src)
-    assert children.ops(panel_src).count("verify") == 2
-    (stream,) = [v.source for v in _stream_first(task).variants if "again" in v.source]
-    assert children.ops(stream) == ["cost"]
-
+                            f"against {blocked.time_us:.1f} µs)")
+    assert _tiling(outcome.best_source or "").startswith("blocked ")
+    blocked_src = next(src for _, src in children.ran if "# blocked " in src)
+    assert children.ops(blocked_src).count("verify") == 2
+    (panel,) = [v.source for v in _panel_first(task).variants if "again" in v.source]
+    assert children.ops(panel) == ["cost"]

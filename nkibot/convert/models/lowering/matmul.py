@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from nkibot.convert.models.lowering import matmulblock
 from nkibot.convert.models.lowering.body import TileEmitter
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, Names, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.ir import REDUCE, Ref
@@ -27,6 +28,7 @@ from nkibot.convert.models.lowering.layout import (
     Resolved,
     place,
 )
+from nkibot.convert.models.lowering.matmulblock import Gemm
 from nkibot.convert.models.lowering.rowwise import Kernel, Output, view_definition
 from nkibot.convert.models.lowering.tiling import SCORER_NAME, Candidate, choose, others
 
@@ -88,17 +90,22 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     groups, ga, gb, rows = _grouping(a, a_batch, b_batch, tuple(mm.shape[:-2]), m)
     if frame.rows != groups * rows:
         raise LayoutError("matmul output layout")
-    compute = "nl.float32"
+    compute, out_dtype = "nl.float32", outputs[0].dtype
     if a.leaf.dtype == b.leaf.dtype and a.leaf.dtype in ("bfloat16", "float16"):
         compute = nl_dtype(a.leaf.dtype)
     a_v, b_v = kernel.names.fresh(f"{a.leaf.name}_mm"), kernel.names.fresh(f"{b.leaf.name}_mm")
     kernel.body.line(f"{a_v} = {_hbm_view(a, ga, rows, k)}")
     kernel.body.line(f"{b_v} = {_hbm_view(b, gb, k, n)}")
     itemsize = 2 if compute != "nl.float32" else 4
-    candidates = _tiling(a, b, groups * rows, k, n, itemsize)
     forced = kernel.choices.get("matmul")
+    gemm = Gemm(rows, k, n, a.transposed, b.transposed, itemsize,
+                2 if out_dtype in ("bfloat16", "float16") else 4)
+    if not row_reduced and _emit_blocked(kernel, res, (pl, mm.name, outputs[0]), gemm,
+                                         compute, (a_v, b_v, groups, ga > 1, gb > 1)):
+        return
     if row_reduced and b.transposed and n > PMAX:
         forced = "b-panel"  # a streamed transposed B gives 128-column tiles: too narrow
+    candidates = _tiling(a, b, groups * rows, k, n, itemsize)
     plan = choose(candidates, PANEL_BUDGET, forced=forced)
     if row_reduced and b.transposed and n > PMAX and plan.name != "b-panel":
         raise LayoutError(f"row reductions after a matmul: B's [K, {n}] panel exceeds SBUF")
@@ -113,7 +120,7 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     panel = plan.name == "b-panel"
     k_outer = panel and -(-rows // PMAX) <= K_OUTER_TILES
     block_fn = _emit_block_helper(kernel, a, b, compute, panel)
-    tile_fn, store_fn, params = _emit_tile_helper(kernel, res, pl, mm.name, outputs[0], block_fn,
+    tile_fn, store_fn, params, _ = _emit_tile_helper(kernel, res, pl, mm.name, outputs[0], block_fn,
                                                   k, rows, (ga > 1, gb > 1), k_outer)
     body = kernel.body
     if panel:
@@ -144,6 +151,32 @@ def _row_reductions(res: Resolved, pl: Placement, n: int) -> bool:
         raise LayoutError(f"row reductions after a matmul whose rows ({n} columns) exceed one "
                           f"{NMAX}-column output tile")
     return bool(reduces)
+
+
+def _emit_blocked(kernel: Kernel, res: Resolved, out: tuple[object, str, Output], gemm: Gemm,
+                  compute: str, views: tuple[str, str, int, bool, bool]) -> bool:
+    """The blocked form (matmulblock.py) when its blocks fit SBUF and no other tiling is
+    forced: the best block sizes by its modelled time; the next best and the old panel
+    or stream form (the traffic proxy's pick) become variants for the optimize phase."""
+    forced = kernel.choices.get("matmul")
+    blocked = matmulblock.candidates(gemm)
+    pick = [c for c in blocked if c.name == forced] or blocked[:1]
+    if not pick or (forced is not None and not forced.startswith("blocked")):
+        return False
+    a_v, b_v, groups, batched_a, batched_b = views
+    kernel.alternatives += [("matmul", c.name) for c in blocked[:2] if c != pick[0]][:1]
+    kernel.alternatives.append(("matmul", "b-panel"))
+    pl, mm_name, output = out
+    _, store_fn, params, plain = _emit_tile_helper(kernel, res, pl, mm_name, output, "",
+                                                   gemm.k, gemm.rows, (batched_a, batched_b),
+                                                   True)
+    if plain:  # the blocked form evicts into whole output rows itself
+        kernel.helpers = [h for h in kernel.helpers if not h[0].startswith(f"def {store_fn}(")]
+    if forced == pick[0].name:
+        kernel.body.comment("a variant, kept only if it verifies and is faster by the cost model")
+    matmulblock.emit_blocked(kernel, gemm, pick[0], compute, (a_v, b_v, params),
+                             (groups, batched_a, batched_b), (store_fn, output.dtype, plain))
+    return True
 
 
 def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int,
@@ -281,7 +314,8 @@ def _transpose(blk: Block, src: str, dst: str, rows: str, cols: str, dtype: str)
 
 def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: Output,
                       block_fn: str, k: int, rows: int,
-                      batched: tuple[bool, bool], k_outer: bool) -> tuple[str, str, list[str]]:
+                      batched: tuple[bool, bool], k_outer: bool
+                      ) -> tuple[str, str, list[str], bool]:
     fn = kernel.names.fresh("matmul_tile")
     store_fn = kernel.names.fresh("matmul_store")
     ga, gb = ("g" if batched[0] else "0"), ("g" if batched[1] else "0")
@@ -297,7 +331,12 @@ def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: O
     tile = TileEmitter(res, pl, blk, names, seed={mm: "res"},  # type: ignore[arg-type]
                        views=kernel.leaf_views)
     value = tile.value(out.name)
-    if out.dtype != "float32":
+    if value == "res" and out.dtype != "float32":
+        # no epilogue: the PSUM copy writes the output dtype itself (one copy, not two)
+        blk.lines[blk.lines.index("    res = nl.ndarray((p, q), dtype=nl.float32, "
+                                  "buffer=nl.sbuf)")] = (
+            f"    res = nl.ndarray((p, q), dtype={nl_dtype(out.dtype)}, buffer=nl.sbuf)")
+    elif out.dtype != "float32":
         blk.line(f"out_cast = nl.copy({value}, dtype={nl_dtype(out.dtype)})")
         value = "out_cast"
     row_out = pl.kinds[res.target(out.name)] == ROW  # type: ignore[attr-defined]
@@ -318,10 +357,10 @@ def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: O
         'store."""', *blk.lines])
     tb.line(f"{store_fn}(acc, {', '.join(params)}, g, m0, p, c0, q)")
     if k_outer:  # the K-outer form calls the store helper itself; no per-tile K loop
-        return fn, store_fn, params
+        return fn, store_fn, params, value == "res"
     kernel.helpers.append([
         f"def {fn}(a_v, b_v, {', '.join(params)}, g, m0, p, c0, q):",
         '    """Output tile [p, q] at rows m0, columns c0 of batch g: K loop, then epilogue."""',
         *tb.lines,
     ])
-    return fn, store_fn, params
+    return fn, store_fn, params, value == "res"

@@ -25,6 +25,13 @@ def _task(name: str, dtype: str):  # type: ignore[no-untyped-def]
     return make_task(module_source(expr, "x, y"), shapes, dtype)
 
 
+def variant(task, name: str) -> str:  # type: ignore[no-untyped-def]
+    """The source of the lowering's variant `name` (e.g. "matmul tiling b-panel")."""
+    found = [v.source for v in lower_ok(task).variants if v.name == name]
+    assert found, [v.name for v in lower_ok(task).variants]
+    return found[0]
+
+
 class TestTransposedPanelOnSim:
     """A transposed B goes into a 512-column panel 128 columns at a time, and matches PyTorch."""
 
@@ -40,13 +47,13 @@ class TestTransposedPanelOnSim:
 
     def test_panel_is_512_columns_wide(self) -> None:
         """The panel serves 512 output columns, so A's blocks are transposed once per 512."""
-        src = lower_ok(_task("transposed_b", "float32")).source
+        src = variant(_task("transposed_b", "float32"), "matmul tiling b-panel")
         assert "tiling: b-panel" in src
         assert "for j0 in range(0, q, 128):" in src
         assert ", 0, 512)" in src and ", 512, 88)" in src
 
     def test_few_row_tiles_run_the_k_loop_outside(self) -> None:
         """Two row tiles accumulate side by side, so each panel block is used as it lands."""
-        src = lower_ok(_task("k_outer_plain_b", "float32")).source
+        src = variant(_task("k_outer_plain_b", "float32"), "matmul tiling b-panel")
         assert "def matmul_kouter(" in src and "acc0, acc1" in src
         assert "def matmul_tile(" not in src and "def matmul_panel(" not in src
