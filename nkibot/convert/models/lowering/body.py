@@ -8,11 +8,19 @@ is explicit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nkibot.convert.models.lowering import fused
-from nkibot.convert.models.lowering.builder import Block, Names, ds, offset, transposed_load
+from nkibot.convert.models.lowering.builder import (
+    Block,
+    Names,
+    ds,
+    nl_dtype,
+    offset,
+    transposed_load,
+)
 from nkibot.convert.models.lowering.ir import REDUCE, Arg, Op, Ref
 from nkibot.convert.models.lowering.layout import (
     COL,
@@ -43,6 +51,11 @@ BINARY_NL = {
 ACTIVATIONS = {k: v for k, v in UNARY_NL.items() if k not in ("neg", "abs")}
 REDUCE_NL = {"rsum": "nl.sum", "rmax": "nl.max", "rmin": "nl.min", "rprod": "nl.prod"}
 COMPARE = frozenset({"gt", "ge", "lt", "le", "eq", "ne"})
+#: ops whose low-precision result PyTorch rounds to the inputs' dtype, computed exactly
+#: in fp32 first: run on bf16/fp16 tiles they give eager PyTorch's result bit for bit
+#: longest parameter row broadcast once per kernel (fp32: 16 KiB of each partition)
+HOISTED_ROW = 4096
+NATIVE_OPS = frozenset({"add", "sub", "mul", "maximum", "minimum", "neg", "abs", "relu"})
 
 
 def literal(value: Arg) -> str:
@@ -108,10 +121,38 @@ class TileEmitter:
     def operand(self, arg: Arg, target_kind: str) -> str:
         if not isinstance(arg, Ref):
             return literal(arg)
+        hoisted = self.broadcast_once(arg.name, target_kind)
+        if hoisted:
+            return hoisted
         expr = self.value(arg.name)
         if self.shape(self.kind(arg.name)) != self.shape(target_kind):
             return f"nl.broadcast_to({expr}, {self.shape(target_kind)})"
         return expr
+
+    def broadcast_once(self, name: str, target_kind: str) -> str:
+        """A parameter row (an affine weight or bias) read by full tiles, broadcast to 128
+        partitions once in the kernel body instead of loaded and broadcast per tile; its
+        [p, q] window is the operand. "" when it does not apply (only whole rows of at most
+        HOISTED_ROW elements, outside a middle-dim frame)."""
+        name = self.res.target(name)
+        view = self.res.views.get(name)
+        frame = self.pl.frame
+        if (view is None or self.hoist is None or self.final or target_kind != FULL
+                or self.pl.kinds[name] != COL or self.pl.outer_varies[name] or frame.perm
+                or view.sliced or view.transposed or math.prod(view.leaf.shape) != frame.cols
+                or frame.cols > HOISTED_ROW):
+            return ""
+        key = f"row:{name}"
+        if key not in self.consts:
+            var = self.names.fresh(f"{view.leaf.name}_all")
+            row = self.names.fresh(f"{view.leaf.name}_row")
+            self.hoist.comment(f"{view.leaf.name} on every partition, broadcast once")
+            self.hoist.line(f"{row} = nl.load({view.leaf.name}.reshape((1, {frame.cols}))"
+                            f"[0:1, 0:{frame.cols}], dtype=nl.float32)")
+            self.hoist.line(f"{var} = nl.broadcast_to({row}, (128, {frame.cols}))")
+            self.used_totals.append(var)
+            self.consts[key] = f"{var}[0:p, nl.ds(c0, q)]"
+        return self.consts[key]
 
     def load(self, name: str) -> str:
         view = self.res.views[name]
@@ -131,8 +172,25 @@ class TileEmitter:
             transposed_load(self.block, var, hbm, o, offset("c0", view.col_start),
                             scalar=fused.pick(self, dict(fused.PASS_NS)) == "scalar")
             return var
-        self.block.line(f"{var} = nl.load({hbm}[{o}, {rows}, {cols}], dtype=nl.float32)")
+        dtype = self.native_dtype(name)
+        self.block.line(f"{var} = nl.load({hbm}[{o}, {rows}, {cols}], "
+                        f"dtype={dtype or 'nl.float32'})")
+        if dtype:
+            self.native[var] = dtype
         return var
+
+    def native_dtype(self, name: str) -> str | None:
+        """A bf16/fp16 input stays in its dtype when every op reading it is one PyTorch
+        also rounds to that dtype (NATIVE_OPS): the engines compute in fp32 inside and
+        round once on writing, as eager PyTorch does, so no fp32 load and cast copy."""
+        dtype = self.res.views[name].leaf.dtype
+        if dtype not in ("bfloat16", "float16"):
+            return None
+        readers = [op for op in self.res.ops if any(
+            isinstance(a, Ref) and self.res.target(a.name) == name for a in op.args)]
+        if any(op.op not in NATIVE_OPS for op in readers):
+            return None
+        return nl_dtype(dtype)
 
     def origin_comment(self, op: Op) -> None:
         if op.origin and op.origin != self._origin:
@@ -155,7 +213,8 @@ class TileEmitter:
         if not any(self.res.target(r) in self.res.views for r in refs):
             refs.sort(key=self.row_ops)
         for arg in refs:
-            self.value(arg)
+            if not self.broadcast_once(arg, self.pl.kinds[op.name]):
+                self.value(arg)
         self.origin_comment(op)
         var = self.names.fresh(f"{op.name}")
         if op.op == "iota":
@@ -166,6 +225,11 @@ class TileEmitter:
         self.block.line(f"{var} = {expr}")
         if expr in self.native:  # a view keeps its tile's dtype
             self.native[var] = self.native[expr]
+        elif op.op in NATIVE_OPS:  # bf16 op bf16 (or a literal) is bf16, rounded once
+            kinds = {self.native.get(self.done.get(self.res.target(a.name), ""), "")
+                     for a in op.args if isinstance(a, Ref)}
+            if len(kinds) == 1 and "" not in kinds:
+                self.native[var] = kinds.pop()
         tiles = [a for a in op.args if isinstance(a, Ref) and self.kind(a.name) == FULL]
         if not self.final and (tiles or self.pl.kinds[op.name] == FULL):
             fused.charge(self, "vector", min(max(len(tiles), 1), 2))  # a plain nl op: Vector

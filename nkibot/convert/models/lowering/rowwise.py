@@ -9,6 +9,7 @@ fold the 128 partials with one Tensor Engine transpose and a free-axis reduction
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from nkibot.convert.models.lowering import fused
@@ -191,13 +192,29 @@ def _store_tile(tile: TileEmitter, kernel: Kernel, res: Resolved, pl: Placement,
     if frame.perm and kind == FULL and frame.rows > 1 and frame.cols > 1:
         transposed_store(tile.block, value, view, "o", nl_dtype(out.dtype))
         return view
-    if out.dtype != "float32" and tile.native.get(value) != nl_dtype(out.dtype):
+    if out.dtype != "float32" and tile.native.get(value) != nl_dtype(out.dtype) and (
+            not _write_as(tile.block, value, nl_dtype(out.dtype))):
         cast = tile.names.fresh(f"{out.var}_cast")
         tile.block.line(f"{cast} = nl.copy({value}, dtype={nl_dtype(out.dtype)})")
         value = cast
     col_index = ds("c0", "q") if kind == FULL else "0:1"
     tile.block.line(f"nl.store({view}[o, {ds('r0', 'p')}, {col_index}], {value})")
     return view
+
+
+def _write_as(block: Block, var: str, dtype: str) -> bool:
+    """Allocate `var` in `dtype` when one instruction writes it (dst=) and nothing reads it
+    but the store: the engine rounds on writing exactly as the cast copy would, so the
+    copy is saved. False (nothing changed) otherwise."""
+    alloc = f"{var} = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.sbuf)"
+    found = [i for i, line in enumerate(block.lines) if line.strip() == alloc]
+    if len(found) != 1:
+        return False
+    uses = [line for line in block.lines[found[0] + 1:] if re.search(rf"\b{var}\b", line)]
+    if len(uses) != 1 or f"dst={var}," not in uses[0]:
+        return False
+    block.lines[found[0]] = block.lines[found[0]].replace("nl.float32", dtype)
+    return True
 
 
 def _emit_loops(kernel: Kernel, pl: Placement, fn: str, params: list[str], sequential: bool,
