@@ -17,6 +17,7 @@ padding.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.conv import Dim
@@ -106,7 +107,12 @@ def emit_pool(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     if per_row > ROW_LIMIT:
         raise LayoutError(f"pooling needs {per_row} bytes per row in SBUF (over {ROW_LIMIT})")
     g = _rows_per_partition(rows, per_row)
-    tile_fn = _emit_tile(kernel, dims, kind, op, outputs[0].dtype, g)
+    bands = _bands(-(-rows // g // PMAX), dims, g)
+    tile_dims = dims if bands == 1 else (
+        replace(dims[0], size_in=_band_in(dims[0], dims[0].size_out // bands),
+                size_out=dims[0].size_out // bands), *dims[1:])
+    tile_fn = _emit_tile(kernel, tile_dims, kind, op, outputs[0].dtype, g,
+                         dims[0].step if bands > 1 else 0)
     body = kernel.body
     body.comment(f"{op.origin}: batch x channels on partitions ({g} rows each), each row's "
                  "plane in the free dims")
@@ -114,8 +120,35 @@ def emit_pool(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
               f"{', '.join(str(d.size_in) for d in dims)}))")
     body.line(f"out_v = {outputs[0].var}.reshape(({rows // g}, {g}, "
               f"{', '.join(str(d.size_out) for d in dims)}))")
-    emit_grid(body, [Axis("r", rows // g, PMAX)], f"{tile_fn}(x_v, out_v, {{r0}}, {{rsz}})",
-              "affine_range")
+    if bands == 1:
+        emit_grid(body, [Axis("r", rows // g, PMAX)],
+                  f"{tile_fn}(x_v, out_v, {{r0}}, {{rsz}})", "affine_range")
+        return
+    body.comment(f"{bands} bands of {tile_dims[0].size_out} output rows of dim 0: a band's "
+                 "passes overlap the next band's load")
+    emit_grid(body, [Axis("r", rows // g, PMAX), Axis("b", dims[0].size_out,
+                                                      tile_dims[0].size_out)],
+              f"{tile_fn}(x_v, out_v, {{r0}}, {{rsz}}, {{b0}})", "affine_range")
+
+
+def _band_in(d: Dim, out_rows: int) -> int:
+    """Input rows of dim `d` that `out_rows` output rows read (their windows)."""
+    return (out_rows - 1) * d.step + (d.taps - 1) * d.dil + 1
+
+
+def _bands(tiles: int, dims: tuple[Dim, ...], g: int) -> int:
+    """Bands of dim 0's output rows per row tile, when there are too few row tiles to
+    overlap a tile's load with another's passes (a lone tile's load, passes and store run
+    one after another): the most of 8, 4, 2 that divide dim 0 evenly and keep each band's
+    load at least 4 KiB a partition. Unpadded pools only (a band's plane is a plain slab)."""
+    if tiles >= MIN_TILES or _padded(dims) or len(dims) < 2:
+        return 1
+    inner = math.prod(d.size_in for d in dims[1:]) * g * 4
+    for bands in (8, 4, 2):
+        rows = dims[0].size_out // bands
+        if dims[0].size_out % bands == 0 and _band_in(dims[0], rows) * inner >= 4096:
+            return bands
+    return 1
 
 
 def _padded(dims: tuple[Dim, ...]) -> bool:
@@ -173,10 +206,11 @@ def _view(name: str, extents: list[int], g: int, i: int = -1, off: int = 0, step
     return f"{name}[0:p, 0:{g}, {', '.join(parts)}]"
 
 
-def _emit_load(blk: Block, dims: tuple[Dim, ...], kind: str, g: int) -> None:
-    """x_sb: the tile's planes, the input in the interior and the identity on the border."""
+def _emit_load(blk: Block, dims: tuple[Dim, ...], kind: str, g: int, first: str) -> None:
+    """x_sb: the tile's planes, the input in the interior and the identity on the border.
+    `first`: dim 0's input slice (a band's, or the whole dim)."""
     sizes = ", ".join(str(d.size_in) for d in dims)
-    whole = f"x_v[nl.ds(r0, p), 0:{g}, {', '.join(f'0:{d.size_in}' for d in dims)}]"
+    whole = f"x_v[nl.ds(r0, p), 0:{g}, {', '.join([first, *(f'0:{d.size_in}' for d in dims[1:])])}]"
     if not _padded(dims):
         blk.line(f"x_sb = nl.ndarray((p, {g}, {sizes}), dtype=nl.float32, buffer=nl.sbuf)")
         blk.line(f"nisa.dma_copy(dst=x_sb, src={whole})")
@@ -204,10 +238,14 @@ def _emit_load(blk: Block, dims: tuple[Dim, ...], kind: str, g: int) -> None:
 
 
 def _emit_tile(kernel: Kernel, dims: tuple[Dim, ...], kind: str, op: Op, out_dtype: str,
-               g: int) -> str:
+               g: int, band_step: int = 0) -> str:
+    """The tile helper; `band_step` > 0: it takes b0, the first output row of a band of
+    dim 0 (input rows from b0 * band_step)."""
     fn = kernel.names.fresh("pool_rows")
     blk = Block(depth=1)
-    _emit_load(blk, dims, kind, g)
+    first = (f"nl.ds(b0 * {band_step}, {dims[0].size_in})", f"nl.ds(b0, {dims[0].size_out})"
+             ) if band_step else (f"0:{dims[0].size_in}", f"0:{dims[0].size_out}")
+    _emit_load(blk, dims, kind, g, first[0])
     shapes = {"x_sb": [d.plane for d in dims]}
     final = nl_dtype(out_dtype) if kind == "max" else "nl.float32"
     for i, passes, ext in _plan(dims, kind):
@@ -238,8 +276,8 @@ def _emit_tile(kernel: Kernel, dims: tuple[Dim, ...], kind: str, op: Op, out_dty
                  f"scale={1.0 / float(str(divisor))!r})")
         res = "res"
     blk.line(f"nl.store(out_v[nl.ds(r0, p), 0:{g}, "
-             f"{', '.join(f'0:{d.size_out}' for d in dims)}], {res})")
-    kernel.helpers.append([f"def {fn}(x_v, out_v, r0, p):",
+             f"{', '.join([first[1], *(f'0:{d.size_out}' for d in dims[1:])])}], {res})")
+    kernel.helpers.append([f"def {fn}(x_v, out_v, r0, p{', b0' if band_step else ''}):",
                            f'    """{op.origin}: rows r0..r0+p ({g} rows per partition): load '
                            'their planes once, fold dim by dim, store."""', *blk.lines])
     return fn
