@@ -1,12 +1,13 @@
-"""The KernelBackend interface: compile, verify and profile one candidate kernel."""
+"""The KernelBackend interface: compile and profile one candidate kernel, and say how its
+kernel child runs so that `verify.check` can verify it."""
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from nkibot.results import CompileResult, ProfileResult, VerifyResult
+from nkibot.results import CompileResult, ProfileResult
 from nkibot.task import Task
-from nkibot.verify.reference import ReferenceSet
+from nkibot.verify.check import KernelChild
 
 
 @runtime_checkable
@@ -21,7 +22,10 @@ class KernelBackend(Protocol):
 
     def compile(self, src: str, task: Task) -> CompileResult: ...
 
-    def verify(self, src: str, task: Task, reference: ReferenceSet) -> VerifyResult: ...
+    def child(self, src: str, task: Task) -> KernelChild:
+        """How this backend runs `src`'s kernel child for `task`; `verify.check` does the
+        rest (trials, guards, verdict) the same way for every backend."""
+        ...
 
     def profile(self, src: str, task: Task) -> ProfileResult: ...
 

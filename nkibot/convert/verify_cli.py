@@ -1,13 +1,13 @@
 """`nkibot verify FILE::Name --kernel KERNEL.py[::function]`: check a hand-written kernel.
 
-Same harness, trials and guards as the conversion loop. The JSON result has the same
-shape as `nkibot convert --json` (status, verify, hardware, reasons, backend, kernel).
+Same front door as the conversion loop (`verify.check`): harness, trials and guards. The
+JSON result has the same shape as `nkibot convert --json` (status, verify, hardware,
+reasons, backend, kernel).
 Exit code: 0 verified, 1 any check failed, 2 bad arguments.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,21 +15,11 @@ import typer
 
 from nkibot.backends.base import KernelBackend
 from nkibot.convert.options import JsonOption, ShapeOption, TargetOption
-from nkibot.results import (
-    CompileResult,
-    ConversionResult,
-    Diagnostic,
-    KernelInfo,
-    Status,
-    TrialStats,
-    VerifyResult,
-)
-from nkibot.task import Task
+from nkibot.results import ConversionResult, TrialStats
+from nkibot.verify.check import check_kernel, published, static_rejection
 
 if TYPE_CHECKING:
     from rich.table import Table
-
-MODEL = "none (hand-written kernel)"
 
 
 def split_target(target: str, what: str) -> tuple[Path, str | None]:
@@ -40,63 +30,6 @@ def split_target(target: str, what: str) -> tuple[Path, str | None]:
     if not path or not name:
         raise typer.BadParameter(f"expected {what}")
     return Path(path), name
-
-
-def verdict(compiled: CompileResult, verified: VerifyResult | None) -> tuple[Status, list[str]]:
-    """The status and the reasons it was not verified (pure)."""
-    if not compiled.ok:
-        reasons = [d.message if d.rule.startswith(("static:", "sandbox:"))
-                   else f"compile:{d.rule} {d.message}" for d in compiled.diagnostics]
-        return "failed", reasons or [f"compile failed: {compiled.log[-300:]}"]
-    if verified is None or not verified.passed:
-        return "compiled", list(verified.reasons) if verified else ["not verified"]
-    return "verified", []
-
-
-def static_rejection(src: str, target: str, kernel_path: str, function: str,
-                     backend: str) -> ConversionResult | None:
-    """The failed result for a kernel that breaks a static rule; None when it breaks none."""
-    from nkibot.verify.guards import static_findings
-
-    findings = static_findings(src)
-    if not findings:
-        return None
-    compiled = CompileResult(ok=False, backend=backend, compiler="nkibot static check",
-                             log="\n".join(f.reason for f in findings), diagnostics=[
-                                 Diagnostic(rule=f"static:{f.rule}", message=f.reason,
-                                            file=Path(kernel_path).name, line=f.line,
-                                            fix=f.fix or None)
-                                 for f in findings])
-    return ConversionResult(
-        status="failed", target=target, backend=backend, hardware=backend == "neuron",
-        model=MODEL, kernel=KernelInfo(path=kernel_path, function=function, source=src),
-        compile=compiled, reasons=list(dict.fromkeys(f.reason for f in findings)))
-
-
-def check_kernel(task: Task, src: str, kernel_path: str, backend: KernelBackend,
-                 function: str) -> ConversionResult:
-    """Compile, then (if that worked) compute the reference and verify against it."""
-    from nkibot.task import describe_kernel_args
-    from nkibot.verify.reference import ReferenceRunError, compute_reference
-
-    started = time.monotonic()
-    compiled = backend.compile(src, task)
-    verified: VerifyResult | None = None
-    extra: list[str] = []
-    if compiled.ok:
-        try:
-            with compute_reference(task, timeout_s=max(task.compile_timeout_s, 60.0)) as ref:
-                verified = backend.verify(src, task, ref)
-        except ReferenceRunError as exc:
-            extra.append(f"reference:failed {exc}")
-    status, reasons = verdict(compiled, verified)
-    return ConversionResult(
-        status=status, target=f"{task.source_path}::{task.entry_point}", backend=backend.name,
-        hardware=backend.is_hardware, simulator=None if backend.is_hardware else (
-            compiled.compiler or None), model=MODEL, seconds=time.monotonic() - started,
-        kernel=KernelInfo(path=kernel_path, function=function, args=describe_kernel_args(task),
-                          source=src),
-        compile=compiled, verify=verified, reasons=extra + reasons)
 
 
 def _backend(name: str, function: str, kernel_file: str, platform: str) -> KernelBackend:
@@ -162,11 +95,11 @@ def verify(
     platform: TargetOption = None,
 ) -> None:
     """Check a kernel against its PyTorch reference: trials, statistics and guards."""
-    from nkibot.backends.sim import KernelSourceError, resolve_function
     from nkibot.config.settings import Settings
     from nkibot.config.targets import parse_shape
     from nkibot.convert.taskload import TaskLoadError, load_task
     from nkibot.logging import configure
+    from nkibot.verify.check import KernelSourceError, resolve_function
     from nkibot.verify.isolation import configure_from
 
     configure("warning", json=False)  # stderr only: stdout carries the --json result
@@ -216,14 +149,6 @@ def _platform(requested: str | None) -> str:
         return host_platform(requested, Settings().target)
     except PlatformError as exc:
         raise typer.BadParameter(str(exc), param_hint="--target") from exc
-
-
-def published(result: ConversionResult, platform: str) -> ConversionResult:
-    """The verdict as it leaves: naming its generation, and redacted (it carries user
-    code's messages, so no secret in them leaves verbatim)."""
-    from nkibot.redact import redact_model
-
-    return redact_model(result.model_copy(update={"platform": platform}))
 
 
 def _emit(result: ConversionResult, json_output: bool, platform: str) -> None:

@@ -102,8 +102,13 @@ class Tools:
 
     def verify(self, code: str, target: str, trials: int = 5,
                shapes: list[str] | None = None) -> dict[str, Any]:
-        from nkibot.backends.sim import KernelSourceError, resolve_function
-        from nkibot.convert.verify_cli import check_kernel, published, static_rejection
+        from nkibot.verify.check import (
+            KernelSourceError,
+            check_kernel,
+            published,
+            resolve_function,
+            static_rejection,
+        )
 
         if not 1 <= trials <= 50:
             raise ToolInputError(f"trials must be between 1 and 50, got {trials}")

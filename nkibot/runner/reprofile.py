@@ -1,7 +1,8 @@
 """The check run's Re-profile action: verify and measure the published kernel again.
 
-No model runs: the kernel comes from the `nki/<slug>` branch, is verified against a
-fresh reference (so nothing stale is re-labelled verified) and profiled, and the
+No model runs: the kernel comes from the `nki/<slug>` branch, is checked through the
+same front door as `nkibot verify` (`verify.check.check_kernel`: static rules, compile,
+a fresh reference, so nothing stale is re-labelled verified) and profiled, and the
 result flows through the same renderers and publisher as a conversion.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from pathlib import PurePosixPath
 from typing import Any
 
 from githubkit.exception import RequestFailed
@@ -18,7 +18,7 @@ from githubkit.exception import RequestFailed
 from nkibot.config.settings import Settings
 from nkibot.convert.discovery import TargetError
 from nkibot.jobs.model import Job, target_slug
-from nkibot.results import ConversionResult, KernelInfo, Status
+from nkibot.results import ConversionResult, Status
 from nkibot.task import Task
 
 
@@ -52,27 +52,25 @@ async def published_kernel(gh: Any, job: Job, path: str) -> str:
 
 async def reprofile(gh: Any, job: Job, task: Task, settings: Settings, *, kernel_path: str,
                     core_id: int | None) -> ConversionResult:
+    """The published kernel at `kernel_path` (under the repo's output_dir), checked anew and,
+    when it still verifies, profiled."""
     from nkibot.backends.select import select_backend
     from nkibot.convert.agent.tools import kernel_function
-    from nkibot.task import describe_kernel_args
-    from nkibot.verify.reference import compute_reference
+    from nkibot.verify.check import check_kernel
 
     started = time.monotonic()
     source = strip_header(await published_kernel(gh, job, kernel_path))
     backend = select_backend(job.options.backend or settings.backend, core_id=core_id,
                              compile_timeout_s=settings.compile_timeout_s)
-    reference = await asyncio.to_thread(compute_reference, task,
-                                        timeout_s=task.compile_timeout_s)
-    verify = await asyncio.to_thread(backend.verify, source, task, reference)
-    profile = (await asyncio.to_thread(backend.profile, source, task)) if verify.passed else None
-    status: Status = "verified" if verify.passed else "failed"
-    reasons = [] if verify.passed else [
-        "the published kernel no longer verifies against the reference", *verify.reasons]
-    kernel = KernelInfo(path=str(PurePosixPath("nki_kernels") / PurePosixPath(kernel_path).name),
-                        function=kernel_function(source) or "kernel",
-                        args=describe_kernel_args(task), source=source)
-    return ConversionResult(
-        status=status, target=job.target, backend=backend.name, hardware=backend.is_hardware,
-        simulator=None if backend.is_hardware else backend.name, model="none (re-profile)",
-        seconds=round(time.monotonic() - started, 3), kernel=kernel, verify=verify,
-        profile=profile, reasons=reasons)
+    checked = await asyncio.to_thread(
+        check_kernel, task, source, kernel_path, backend, kernel_function(source) or "kernel",
+        model="none (re-profile)", reference_timeout_s=task.compile_timeout_s)
+    verified = checked.status == "verified"
+    profile = (await asyncio.to_thread(backend.profile, source, task)) if verified else None
+    status: Status = "verified" if verified else "failed"
+    reasons = [] if verified else [
+        "the published kernel no longer verifies against the reference", *checked.reasons]
+    return checked.model_copy(update={
+        "status": status, "target": job.target, "reasons": reasons, "profile": profile,
+        "simulator": None if backend.is_hardware else backend.name,
+        "seconds": round(time.monotonic() - started, 3)})

@@ -49,15 +49,16 @@ def run_harness(
     request: dict[str, Any], *, timeout_s: float, memory_mb: int | None = 8192,
     extra_env: dict[str, str] | None = None,
     runner: Callable[..., SandboxOutcome] = run_sandboxed,
-    confinement: Confinement = REFERENCE,
+    confinement: Confinement = REFERENCE, module: str = HARNESS,
 ) -> HarnessReply:
     """Run one harness op in the sandbox; never raises for anything the child does.
 
     `extra_env` carries device pinning (NEURON_RT_VISIBLE_CORES) for the neuron backend;
     `runner` is the sandbox entry point (injectable so backends can be unit-tested);
-    `confinement` names what the child may read and write.
+    `confinement` names what the child may read and write; `module` is the child to run
+    (this harness, or a backend's own kernel child that speaks the same protocol).
     """
-    outcome = runner(python_module_argv(HARNESS), json.dumps(request).encode(),
+    outcome = runner(python_module_argv(module), json.dumps(request).encode(),
                      timeout_s=timeout_s, memory_mb=memory_mb, extra_env=extra_env,
                      confinement=confinement)
     return HarnessReply(parse_reply(outcome), outcome)

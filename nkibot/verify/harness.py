@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from nkibot.verify.protocol import error_dict, problem
@@ -38,6 +39,14 @@ def _dispatch(request: dict[str, Any]) -> Any:
 
 
 def main() -> int:
+    return serve(_dispatch)
+
+
+def serve(handle: Callable[[dict[str, Any]], Any]) -> int:
+    """Answer one JSON request from stdin with `handle`'s reply on the real stdout.
+
+    Shared by every child the parent names: this harness, and a backend's own kernel
+    child (`nkibot.backends.neuron.trials`)."""
     # `python -I` ignores PYTHONDONTWRITEBYTECODE; never leave __pycache__ in user trees.
     sys.dont_write_bytecode = True
     # Keep the real stdout for the reply; user code printing must not corrupt it.
@@ -45,7 +54,7 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     try:
-        response = _dispatch(json.loads(sys.stdin.read()))
+        response = handle(json.loads(sys.stdin.read()))
     except Exception as exc:  # the reply must describe any failure, whatever raised it
         response = {"ok": False, "error": error_dict(exc)}
     reply.write(json.dumps(response, default=str) + "\n")

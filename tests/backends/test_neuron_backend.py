@@ -26,6 +26,7 @@ from nkibot.backends.neuron.neff_cache import NeffCache
 from nkibot.task import InputSpec, Task
 from nkibot.verify.reference import compute_reference
 from nkibot.verify.sandbox import BOOT, SandboxOutcome
+from tests.verify.front_door import checked
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SDK = {"nki": "0.4.0", "neuronx-cc": "2.22.1"}
@@ -193,16 +194,16 @@ class TestProfile:
 
 
 class TestVerify:
-    def test_verify_runs_the_shared_harness_on_the_pinned_core(self) -> None:
-        """Verify asks the shared harness to run the kernel on the device, pinned to its core."""
+    def test_verify_runs_the_device_child_on_the_pinned_core(self) -> None:
+        """The backend names its own kernel child (not the simulator's harness), which runs
+        the kernel on the device, pinned to its core; the request is the shared one."""
         task = _task()
         with compute_reference(task, timeout_s=120) as reference:
             fake = FakeSandbox(None)
-            result = NeuronBackend(2, sdk=SDK, runner=fake).verify(NUMPY_KERNEL, task, reference)
+            result = checked(NeuronBackend(2, sdk=SDK, runner=fake), NUMPY_KERNEL, task, reference)
         call = fake.calls[0]
-        assert call["argv"][-1] == "nkibot.verify.harness"
-        assert call["request"]["op"] == "run_kernel"
-        assert call["request"]["device"] == "neuron"
+        assert call["argv"][-1] == "nkibot.backends.neuron.trials"
+        assert call["request"]["op"] == "run_kernel" and "device" not in call["request"]
         assert call["request"]["function"] == "add_kernel"
         assert call["extra_env"]["NEURON_RT_VISIBLE_CORES"] == "2"
         # No reply from the child is a failed verification naming the sandbox's reason.
@@ -212,7 +213,7 @@ class TestVerify:
         """The real harness child runs the kernel through run_on_device; every trial passes."""
         task = _task()
         with compute_reference(task, timeout_s=120) as reference:
-            result = NeuronBackend(0, sdk=SDK).verify(NUMPY_KERNEL, task, reference)
+            result = checked(NeuronBackend(0, sdk=SDK), NUMPY_KERNEL, task, reference)
         assert result.passed, result.reasons
         assert len(result.trials) == len(reference.trials)
         assert result.log.startswith("device: neuron")
@@ -222,7 +223,7 @@ class TestVerify:
         task = _task()
         wrong = NUMPY_KERNEL.replace("np.add(a, b)", "np.subtract(a, b)")
         with compute_reference(task, timeout_s=120) as reference:
-            result = NeuronBackend(0, sdk=SDK).verify(wrong, task, reference)
+            result = checked(NeuronBackend(0, sdk=SDK), wrong, task, reference)
         assert not result.passed
         assert any(r.startswith("numeric:mismatch") for r in result.reasons)
 

@@ -12,6 +12,7 @@ from nkibot.backends.base import KernelBackend
 from nkibot.backends.sim import MEASURED_ON, SimBackend
 from nkibot.task import InputSpec, Task
 from nkibot.verify.reference import ReferenceSet, compute_reference
+from tests.verify.front_door import checked
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
 
@@ -74,7 +75,7 @@ class TestCompile:
 class TestVerify:
     def test_correct_kernel_passes(self, relu_task: Task, relu_ref: ReferenceSet) -> None:
         """A correct kernel passes every trial, including the stress trials."""
-        result = SimBackend().verify(_src("relu_ok.py"), relu_task, relu_ref)
+        result = checked(SimBackend(), _src("relu_ok.py"), relu_task, relu_ref)
         assert result.passed, result.reasons
         assert len(result.trials) == 9 and all(t.passed for t in result.trials)
         assert [t.label.split(",")[0] for t in result.trials[5:8]] == [
@@ -84,7 +85,7 @@ class TestVerify:
 
     def test_runtime_error_names_trial(self, relu_task: Task, relu_ref: ReferenceSet) -> None:
         """A constraint error during verify is a reason with the rule and trial."""
-        result = SimBackend().verify(_src("partition_too_big.py"), relu_task, relu_ref)
+        result = checked(SimBackend(), _src("partition_too_big.py"), relu_task, relu_ref)
         assert not result.passed
         # Trials run in a secret shuffled order: the first one run is the one named.
         assert re.match(r"kernel:error partition-dim on trial \d+: ", result.reasons[0])
@@ -92,15 +93,15 @@ class TestVerify:
 
     def test_crash_then_carry_on(self, relu_task: Task, relu_ref: ReferenceSet) -> None:
         """A segfaulting kernel is a failed result with the reason; the next run works."""
-        crashed = SimBackend(skip_static=True).verify(_src("crash.py"), relu_task, relu_ref)
+        crashed = checked(SimBackend(skip_static=True), _src("crash.py"), relu_task, relu_ref)
         assert not crashed.passed
         assert crashed.reasons[0].startswith("sandbox:crash")
         assert "segmentation fault" in crashed.reasons[0]
-        assert SimBackend().verify(_src("relu_ok.py"), relu_task, relu_ref).passed
+        assert checked(SimBackend(), _src("relu_ok.py"), relu_task, relu_ref).passed
 
     def test_memory_hog(self, relu_task: Task, relu_ref: ReferenceSet) -> None:
         """A kernel that allocates past the memory limit fails with a memory reason."""
-        result = SimBackend().verify(_src("memory_hog.py"), relu_task, relu_ref)
+        result = checked(SimBackend(), _src("memory_hog.py"), relu_task, relu_ref)
         assert not result.passed
         assert "memory-limit" in result.reasons[0]
 
@@ -115,7 +116,7 @@ class TestVerify:
     def test_needs_reference_set(self, relu_task: Task) -> None:
         """Verify refuses anything but a ReferenceSet (a programming error)."""
         with pytest.raises(TypeError):
-            SimBackend().verify(_src("relu_ok.py"), relu_task, object())
+            checked(SimBackend(), _src("relu_ok.py"), relu_task, object())
 
 
 class TestPrecisionAndTinyReferences:
@@ -123,7 +124,7 @@ class TestPrecisionAndTinyReferences:
         """A bf16 ReLU matches the fp32 reference within bf16 tolerance and dtype."""
         task = _task("relu_ref.py", dtype="bfloat16", seeds=[0, 1])
         with compute_reference(task) as ref:
-            result = SimBackend().verify(_src("relu_ok.py"), task, ref)
+            result = checked(SimBackend(), _src("relu_ok.py"), task, ref)
         assert result.passed, result.reasons
         assert {t.actual_dtype for t in result.trials} == {"bfloat16"}
         assert result.trials[0].atol == pytest.approx(2e-2)
@@ -132,8 +133,8 @@ class TestPrecisionAndTinyReferences:
         """A tiny reference is compared relatively: zeros fail, the real kernel passes."""
         task = _task("tiny_ref.py", seeds=[0, 1])
         with compute_reference(task) as ref:
-            zeros = SimBackend().verify(_src("zeros.py"), task, ref)
-            good = SimBackend().verify(_src("tiny_ok.py"), task, ref)
+            zeros = checked(SimBackend(), _src("zeros.py"), task, ref)
+            good = checked(SimBackend(), _src("tiny_ok.py"), task, ref)
         assert not zeros.passed
         assert "reference:near-constant (compared relatively)" in zeros.reasons
         assert any(r.startswith("numeric:mismatch") for r in zeros.reasons)
@@ -189,4 +190,4 @@ class TestPlatform:
         assert not trn1.ok
         assert any(d.rule == "arch-unsupported" and "trn1" in d.message
                    for d in trn1.diagnostics), trn1.log
-        assert SimBackend(platform="trn2").verify(RELU_SCALAR_BIAS, relu_task, relu_ref).passed
+        assert checked(SimBackend(platform="trn2"), RELU_SCALAR_BIAS, relu_task, relu_ref).passed

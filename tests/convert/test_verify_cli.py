@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nkibot.cli import app
-from nkibot.convert.verify_cli import verdict
 from nkibot.results import CompileResult, VerifyResult
+from nkibot.verify.check import verdict
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
 TARGET = f"{KERNELS / 'relu_ref.py'}::Model"

@@ -40,3 +40,35 @@ class TestReprofile:
         assert "none (re-profile)" in runs[2]["output"]["summary"]
         assert "9/9 trials passed" in runs[2]["output"]["summary"]
         assert len(github_double.repo(REPO).pulls) == 1
+
+
+class TestThroughTheFrontDoor:
+    def test_kernel_path_is_where_it_was_published(self, github_double: GitHubDouble,
+                                                   github_settings: Settings) -> None:
+        """The re-profiled kernel is named at its published path under the repo's
+        output_dir (annotations point there), not under a hard-coded nki_kernels/; and a
+        kernel that breaks a static rule is refused before any reference runs."""
+        import asyncio
+
+        from nkibot.github.client import installation_client
+        from nkibot.runner.reprofile import reprofile
+        from nkibot.task import InputSpec, Task
+        from tests.runner.test_worker import INSTALLATION, ROOT
+
+        sha = seed(github_double, config="output_dir: kernels/\n")
+        path = "kernels/norm_rms_norm_nki.py"
+        github_double.commit(REPO, {path: "import torch\nimport nki\n\n@nki.jit\n"
+                                          "def k(x):\n    return x\n"},
+                             branch="nki/src-norm-rmsnorm")
+        task = Task(reference_source=(ROOT / "examples" / "rmsnorm.py").read_text(),
+                    entry_point="RMSNorm", source_path="src/norm.py",
+                    inputs=[InputSpec(name="x", shape=(8, 16))])
+        gh = installation_client(github_settings, INSTALLATION)
+        result = asyncio.run(reprofile(gh, make_job(sha), task, github_settings.model_copy(
+            update={"backend": "sim"}), kernel_path=path, core_id=None))
+        assert result.status == "failed" and result.kernel is not None
+        assert result.kernel.path == path and result.model == "none (re-profile)"
+        assert result.reasons[0] == "the published kernel no longer verifies against the " \
+                                    "reference"
+        assert any(r.startswith("static:") for r in result.reasons[1:]), result.reasons
+        assert result.verify is None  # refused before the reference ran

@@ -21,6 +21,7 @@ from nkibot.task import InputSpec, Task
 from nkibot.verify import isolation
 from nkibot.verify.reference import compute_reference
 from nkibot.verify.sandbox import run_sandboxed
+from tests.verify.front_door import checked
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
 
@@ -93,7 +94,7 @@ def test_honest_kernel_still_verifies_with_reduced_isolation() -> None:
         "inputs": [InputSpec(name="x", shape=(256, 64))]})
     with compute_reference(task) as ref:
         assert ref.isolation[0] == "isolation: reduced"
-        result = SimBackend().verify((KERNELS / "relu_ok.py").read_text(), task, ref)
+        result = checked(SimBackend(), (KERNELS / "relu_ok.py").read_text(), task, ref)
     assert result.passed, result.reasons
     assert result.isolation[:2] == ["isolation: reduced",
                                     "missing: bubblewrap (disabled by settings)"]

@@ -4,9 +4,10 @@ Every step runs in the sandboxed child (`nkibot.verify.sandbox.run_sandboxed`), 
 to this worker's NeuronCore with `NEURON_RT_VISIBLE_CORES` and targeting the device's
 generation with `NEURON_PLATFORM_TARGET_OVERRIDE` (trn1 by default; trn2/trn3 runners
 pass theirs). Compile and profile run
-`nkibot.backends.neuron.device`; verify runs the shared verification harness
-(`nkibot.verify.harness`) with `backend: "neuron"`, so the trials and guards are the
-simulator's. Building commands and reading replies are pure functions below.
+`nkibot.backends.neuron.device`. For verification this backend supplies only how its
+kernel child runs (`child`: `nkibot.backends.neuron.trials`, on the pinned core);
+`verify.check` runs the trials and the guards, exactly as for the simulator.
+Building commands and reading replies are pure functions below.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from nkibot.backends.neuron.device import KERNEL_FILE, find_kernel_name
 from nkibot.backends.neuron.neff_cache import NeffCache, cache_key, default_cache_dir
 from nkibot.backends.neuron.parse import parse_compiler_log, timeout_diagnostic
 from nkibot.backends.neuron.stats import latency_from_samples, speedup
-from nkibot.results import CompileResult, Diagnostic, ProfileResult, VerifyResult
+from nkibot.results import CompileResult, Diagnostic, ProfileResult
 from nkibot.task import Task
-from nkibot.verify.reference import ReferenceSet
+from nkibot.verify.check import KernelChild
+from nkibot.verify.client import HarnessReply, run_harness
 from nkibot.verify.sandbox import (
     Confinement,
     SandboxOutcome,
@@ -43,6 +45,8 @@ def measured_on(platform: str) -> str:
     """`Trn2 hardware`: where this backend's figures come from."""
     return f"{platform.capitalize()} hardware"
 DEVICE_MODULE = "nkibot.backends.neuron.device"
+#: The kernel child verification runs on the device (the parent names it).
+TRIALS_MODULE = "nkibot.backends.neuron.trials"
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -215,19 +219,24 @@ class NeuronBackend:
                 self.cache.put(key, result, neff)
         return result
 
-    def verify(self, src: str, task: Task, reference: ReferenceSet) -> VerifyResult:
-        """The shared harness's trials and guards, with the kernel run on this NeuronCore."""
-        from nkibot.backends.sim import SimBackend
+    def child(self, src: str, task: Task) -> KernelChild:
+        """How `verify.check` runs this kernel: the device child, on this NeuronCore."""
+        return KernelChild(run=self._trials, function=_kernel_name(src),
+                           kernel_file=KERNEL_FILE)
 
+    def _trials(self, request: dict[str, object], out_dir: Path, readable: tuple[Path, ...]
+                ) -> HarnessReply:
+        # The Neuron compiler runs programs and the runtime needs the devices.
+        devices_seen = tuple(sorted(str(d) for d in Path("/dev").glob("neuron*")))
         with tempfile.TemporaryDirectory(prefix="nkibot-neuron-") as tmp:
-            verifier = SimBackend(
-                function=_kernel_name(src), kernel_file=KERNEL_FILE, device="neuron",
+            return run_harness(
+                {**request, "out_dir": str(out_dir)}, module=TRIALS_MODULE,
+                timeout_s=self.profile_timeout_s, memory_mb=self.memory_mb or 16384,
                 extra_env=device_env(self.core_id, Path(tmp) / "artifacts",
                                      platform=self.platform),
-                memory_mb=self.memory_mb or 16384, verify_timeout_s=self.profile_timeout_s,
-                runner=self._run,
-            )
-            return verifier.verify(src, task, reference)
+                runner=self._run, confinement=Confinement(
+                    readable=readable, writable=(out_dir,), processes=True,
+                    devices=devices_seen))
 
     def profile(self, src: str, task: Task) -> ProfileResult:
         with tempfile.TemporaryDirectory(prefix="nkibot-neuron-") as tmp:

@@ -16,6 +16,7 @@ from nkibot.convert.agent import feedback, knowledge
 from nkibot.convert.agent.costfirst import Gate, Skipped, breakdown
 from nkibot.results import CompileResult, ToolCallRecord, VerifyResult
 from nkibot.task import Task
+from nkibot.verify.check import check
 from nkibot.verify.guards import jit_functions
 from nkibot.verify.reference import ReferenceSet
 
@@ -117,7 +118,8 @@ class ToolRunner:
             return compiled
         result = self._verified.get(code)
         if result is None:
-            result = await asyncio.to_thread(self.backend.verify, code, self.task, self.reference)
+            result = await asyncio.to_thread(check, code, self.task, self.reference,
+                                             self.backend.child(code, self.task))
             self._verified[code] = result
         text = feedback.verify_feedback(result, code)
         return ToolOutcome("verify_kernel", text, is_error=not result.passed, code=code,

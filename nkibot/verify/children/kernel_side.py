@@ -71,13 +71,12 @@ def _trial_arrays(request: dict[str, Any]) -> dict[int, list[np.ndarray[Any, Any
 
 
 def run_kernel(request: dict[str, Any]) -> KernelReply:
-    """Run the candidate on every trial: on the simulator, or on the NeuronCore (`device`)."""
+    """Run the candidate on every trial under the simulator.
+
+    A device backend has its own child (`nkibot.backends.neuron.trials`) that runs the
+    same trials through `load_and_run`; the parent names which child runs."""
     reply: KernelReply = {"ok": False, "simulator": None, "device": None, "error": None,
                           "stats": {}}
-    if request.get("device") == "neuron":
-        _run_on_neuron(request, reply)
-        reply["ok"] = reply["error"] is None
-        return reply
     if request.get("cost_only"):
         # Ranking a candidate before any verification: the cost model alone (cost-only
         # mode, no matmul arithmetic), on the inputs a profile uses, so the figures agree.
@@ -95,7 +94,7 @@ def run_kernel(request: dict[str, Any]) -> KernelReply:
         import nki
 
         reply["simulator"] = _simulator_name(nki)
-        _load_and_run(request, reply, lambda kernel: nki.simulate(kernel))
+        load_and_run(request, reply, lambda kernel: nki.simulate(kernel))
     reply["stats"] = _stats()
     if request.get("cost_model") and reply["error"] is None:
         reply["model"] = _model(request, str(request["cost_model"]))
@@ -118,17 +117,9 @@ def _model(request: dict[str, Any], target: str) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
-def _run_on_neuron(request: dict[str, Any], reply: KernelReply) -> None:
-    # The real nki package compiles and runs the kernel on the NeuronCore that the
-    # parent pinned with NEURON_RT_VISIBLE_CORES; the trials and guards are unchanged.
-    from nkibot.backends.neuron.device import run_on_device
-
-    reply["device"] = "neuron"
-    _load_and_run(request, reply,
-                  lambda kernel: lambda *arrays: tuple(run_on_device(kernel, arrays)))
-
-
-def _load_and_run(request: dict[str, Any], reply: KernelReply, wrap: Any) -> None:
+def load_and_run(request: dict[str, Any], reply: KernelReply, wrap: Any) -> None:
+    """Import the kernel, run it on every trial in the request's order through
+    `wrap(kernel)`, and save outputs and inputs as left to fixed names (errors: `reply`)."""
     filename = Path(str(request.get("filename") or "kernel.py")).name
     try:
         kernel = _import_kernel(str(request["source"]), str(request["function"]), filename)

@@ -21,6 +21,7 @@ from nkibot.backends.sim import SimBackend
 from nkibot.results import VerifyResult
 from nkibot.task import InputSpec, Task
 from nkibot.verify import isolation
+from nkibot.verify.check import check
 from nkibot.verify.reference import ReferenceSet, compute_reference
 
 KERNELS = Path(__file__).resolve().parents[2] / "fixtures" / "kernels"
@@ -92,7 +93,7 @@ def relu_ref(relu_task: Task, full_isolation: isolation.Isolation
 def verify(src: str, task: Task, reference: ReferenceSet, function: str = "relu_kernel",
            **kw: Any) -> VerifyResult:
     backend = SimBackend(skip_static=True, function=function, **kw)
-    return backend.verify(src, task, reference)
+    return check(src, task, reference, backend.child(src, task))
 
 
 def findings(result: VerifyResult) -> dict[str, str]:
