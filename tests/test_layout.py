@@ -1,7 +1,10 @@
-"""The package layout: arrows point down, and no module-level import circles.
+"""The package layout: arrows point down, and no import circles.
 
-Walks every module of `nkibot/` with `ast` (imports inside functions included, since a
-lazy import is still an arrow) and fails on any arrow the layout forbids.
+Walks every module of `nkibot/` with `ast` and fails on any arrow the layout forbids and
+on any circle. Every import counts: one inside a function (a lazy import is still an
+arrow) and one under `if TYPE_CHECKING:` (the layout is about knowledge, not load order).
+The only circles allowed are named in `ALLOWED_CYCLES`, and that list must shrink to
+empty.
 """
 
 from __future__ import annotations
@@ -84,6 +87,16 @@ def existing_module(name: str) -> str:
 
 ALL_ARROWS = [a for p in sorted(PKG.rglob("*.py")) for a in arrows_of(p)]
 
+_LOWERING = "nkibot.convert.models.lowering."
+
+#: Circles still allowed, each a set of modules; a circle found must lie inside one entry.
+#: Only the lowering's remain, and the compiler issue removes them: then this is empty.
+ALLOWED_CYCLES: dict[str, frozenset[str]] = {
+    "the lowering's convolution family": frozenset(_LOWERING + m for m in (
+        "conv", "convband", "convfold", "convphase", "convphaseband", "depthwise")),
+    "the lowering's fused bodies": frozenset(_LOWERING + m for m in ("body", "fused")),
+}
+
 
 def within(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
@@ -125,16 +138,34 @@ class TestLayout:
         assert not [a for a in ALL_ARROWS if a.source == "nkibot.results"
                     and existing_module(a.target) != "nkibot.results"]
 
-    def test_no_module_level_cycles(self) -> None:
-        """Module-level imports form no circle (lazy imports do not count: they are the escape)."""
+    def test_no_cycles(self) -> None:
+        """No circle of modules, counting every import (lazy and TYPE_CHECKING ones too),
+        except inside an allowed entry."""
+        cycles = [c for c in _cycles(module_graph(ALL_ARROWS)) if not allowed(c)]
+        assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+    def test_no_package_cycles(self) -> None:
+        """No circle between the packages under nkibot/ (e.g. config <-> jobs), every
+        import counted: a package's arrows all point one way."""
         graph: dict[str, set[str]] = {}
         for a in ALL_ARROWS:
-            if a.top_level:
-                t = existing_module(a.target)
-                if t != a.source and not within(a.source, t):
-                    graph.setdefault(a.source, set()).add(t)
+            s, t = package_of(a.source), package_of(existing_module(a.target))
+            if s != t:
+                graph.setdefault(s, set()).add(t)
         cycles = _cycles(graph)
         assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+    def test_allow_list_holds_only_the_lowering(self) -> None:
+        """The escape hatch is for the lowering alone (the compiler issue empties it)."""
+        assert all(m.startswith(_LOWERING) for c in ALLOWED_CYCLES.values() for m in c)
+
+    def test_lazy_and_typing_imports_count(self) -> None:
+        """A circle closed only by a lazy or a TYPE_CHECKING import is still found."""
+        arrows = [Arrow("nkibot.convert.agent.loop", "nkibot.convert.agent.optimize", 1, True),
+                  Arrow("nkibot.convert.agent.optimize", "nkibot.convert.agent.loop", 9, False)]
+        assert _cycles(module_graph(arrows)) == [
+            ["nkibot.convert.agent.loop", "nkibot.convert.agent.optimize"]]
+        assert not allowed(["nkibot.convert.agent.loop", "nkibot.convert.agent.optimize"])
 
     def test_rule_catches_a_planted_arrow(self) -> None:
         """The checker itself fires: a sim -> runner arrow is reported."""
@@ -144,6 +175,25 @@ class TestLayout:
         assert forbidden(Arrow("nkibot.handlers.decide", "nkibot.jobs.sqlite", 1, True))
         assert forbidden(Arrow("nkibot.convert.pipeline", "nkibot.runner.jobrun", 1, False))
         assert forbidden(Arrow("nkibot.cli", "nkibot.runner.cli", 1, True)) is None
+
+
+def module_graph(arrows: list[Arrow]) -> dict[str, set[str]]:
+    """Who imports whom, every import counted (a package's own submodules excluded)."""
+    graph: dict[str, set[str]] = {}
+    for a in arrows:
+        t = existing_module(a.target)
+        if t != a.source and not within(a.source, t):
+            graph.setdefault(a.source, set()).add(t)
+    return graph
+
+
+def package_of(module: str) -> str:
+    """`nkibot.verify.check` -> `nkibot.verify` (top-level modules are their own)."""
+    return ".".join(module.split(".")[:2])
+
+
+def allowed(cycle: list[str]) -> bool:
+    return any(set(cycle) <= entry for entry in ALLOWED_CYCLES.values())
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -14,8 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from nkibot.config.safeyaml import YamlRefused, safe_load
 from nkibot.config.settings import Permission
-from nkibot.config.targets import TargetError, parse_shape, validate_reference, validate_target
-from nkibot.jobs.model import ShapeOverride
+from nkibot.config.targets import (
+    ShapeOverride,
+    TargetError,
+    parse_shape,
+    validate_reference,
+    validate_target,
+)
 
 CONFIG_PATH = ".github/nki-bot.yml"
 MAX_EXTENDS_DEPTH = 5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from nkibot.jobs.model import ShapeOverride
+from pydantic import BaseModel
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PATH_PART = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -21,6 +21,14 @@ MAX_TARGETS = 20
 CUDA_SUFFIXES = (".cu", ".cuh")
 TARGET_SUFFIXES = (".py", *CUDA_SUFFIXES)
 MAX_DIMS = 8
+
+
+class ShapeOverride(BaseModel):
+    """One input's shape (and dtype), as `x=4x128xbf16` names it; Jobs carry them."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
 
 
 class TargetError(ValueError):

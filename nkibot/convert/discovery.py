@@ -20,7 +20,7 @@ with warnings.catch_warnings():
     import libcst.matchers as m
     from libcst.metadata import PositionProvider
 
-from nkibot.jobs.model import ShapeOverride
+from nkibot.config.targets import ShapeOverride
 
 Kind = Literal["module", "triton", "legacy", "function", "class"]
 _MODULE_BASES = frozenset({"nn.Module", "torch.nn.Module", "torch.nn.modules.module.Module"})

@@ -13,9 +13,10 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from nkibot.config.targets import ShapeOverride
+
 # One parser for `NAME=DIMSxDTYPE`, shared with `/nki convert --shape` and the repo config.
 from nkibot.convert.discovery import TargetError, discover, triton_launcher
-from nkibot.jobs.model import ShapeOverride
 from nkibot.task import Dtype, InputSpec, Task, Tolerance, default_tolerances
 from nkibot.verify.client import run_harness
 from nkibot.verify.reference import harness_env, reference_path

@@ -21,12 +21,13 @@ from markdown_it import MarkdownIt
 
 from nkibot.config.targets import (
     MAX_TARGETS,
+    ShapeOverride,
     TargetError,
     parse_shape,
     validate_reference,
     validate_target,
 )
-from nkibot.jobs.model import JobOptions, ShapeOverride
+from nkibot.jobs.model import JobOptions
 
 PREFIX = "/nki"
 MAX_COMMAND_CHARS = 2000

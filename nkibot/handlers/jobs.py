@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from nkibot.config.repo import RepoConfig, TargetSpec
+from nkibot.config.targets import ShapeOverride
 from nkibot.handlers.decision import Facts
 from nkibot.handlers.events import Incoming
-from nkibot.jobs.model import Job, JobOptions, ShapeOverride, Trigger, job_id
+from nkibot.jobs.model import Job, JobOptions, Trigger, job_id
 
 MAX_TURNS = 50
 

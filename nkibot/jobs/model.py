@@ -7,11 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-
-class ShapeOverride(BaseModel):
-    name: str
-    shape: tuple[int, ...]
-    dtype: str = "float32"
+from nkibot.config.targets import ShapeOverride
 
 
 class JobOptions(BaseModel):

@@ -18,8 +18,7 @@ import numpy as np
 
 from nkibot.backends.base import KernelBackend
 from nkibot.config.settings import Settings
-from nkibot.config.targets import parse_shape
-from nkibot.jobs.model import ShapeOverride
+from nkibot.config.targets import ShapeOverride, parse_shape
 from nkibot.mcp.discover import discover_tree
 from nkibot.mcp.workspace import ToolInputError, Workspace
 from nkibot.results import ConversionResult

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from nkibot.config.targets import ShapeOverride
 from nkibot.convert.discovery import (
     TargetError,
     choose_shapes,
@@ -16,7 +17,6 @@ from nkibot.convert.discovery import (
     triton_launchers,
     triton_reference,
 )
-from nkibot.jobs.model import ShapeOverride
 
 MODELS = textwrap.dedent('''
     import torch
