@@ -167,6 +167,16 @@ class TestLayout:
             ["nkibot.convert.agent.loop", "nkibot.convert.agent.optimize"]]
         assert not allowed(["nkibot.convert.agent.loop", "nkibot.convert.agent.optimize"])
 
+    def test_runner_arrows_point_down(self) -> None:
+        """Inside runner/, a module imports only modules on a lower layer: the worker runs a
+        job, a job runs intake, a conversion or a re-profile, and integration; intake uses
+        target resolution; resolution uses the workspace."""
+        bad = [str(a) for a in ALL_ARROWS if within(a.source, "nkibot.runner")
+               and within(t := existing_module(a.target), "nkibot.runner")
+               and t != "nkibot.runner" and RUNNER_LAYERS[t] <= RUNNER_LAYERS[a.source]]
+        assert not bad, "\n".join(bad)
+        assert set(RUNNER_LAYERS) == {module_name(p) for p in (PKG / "runner").rglob("*.py")}
+
     def test_rule_catches_a_planted_arrow(self) -> None:
         """The checker itself fires: a sim -> runner arrow is reported."""
         assert forbidden(Arrow("nkibot.sim.tensor", "nkibot.runner.worker", 1, True))
@@ -175,6 +185,14 @@ class TestLayout:
         assert forbidden(Arrow("nkibot.handlers.decide", "nkibot.jobs.sqlite", 1, True))
         assert forbidden(Arrow("nkibot.convert.pipeline", "nkibot.runner.jobrun", 1, False))
         assert forbidden(Arrow("nkibot.cli", "nkibot.runner.cli", 1, True)) is None
+
+
+#: runner/'s layers, top first: a module may import only from later layers
+#: (`sim` is the deprecated re-export of nkibot.sim).
+RUNNER_LAYERS = {f"nkibot.runner.{m}": layer for layer, names in enumerate((
+    ("__init__", "cli"), ("worker",), ("jobrun",), ("reprofile", "integrate"), ("intake",),
+    ("targets", "progress", "timings"), ("workspace", "sim"))) for m in names}
+RUNNER_LAYERS["nkibot.runner"] = RUNNER_LAYERS.pop("nkibot.runner.__init__")
 
 
 def module_graph(arrows: list[Arrow]) -> dict[str, set[str]]:

@@ -60,6 +60,12 @@ async def update_rows(gw: GitHubGateway, repo: str, number: int,
     return True
 
 
+async def report_row(gw: GitHubGateway, job: Job, update: RowUpdate) -> None:
+    """A dashboard-ticked job reports on its row instead of commenting on the issue."""
+    if job.trigger.issue_number is not None:
+        await update_rows(gw, job.repo, job.trigger.issue_number, (update,))
+
+
 def time_of(profile: ProfileResult | None) -> tuple[str | None, float | None]:
     """(text, µs) of a result's kernel time, saying where it came from; (None, None) if none."""
     if profile is None:

@@ -1,40 +1,30 @@
-"""One job, from a leased Job to a completed check run, a PR and a reply.
+"""One job's lifecycle, from a leased Job to a completed check run, a PR and a reply.
 
-Problems a user can fix (a bad target, a path outside the repository, a reference that
-crashes) end as a failed check run plus a helpful comment; they never escape as
+Intake (`runner.intake`), the conversion (`convert.pipeline`) or a re-profile
+(`runner.reprofile`), codemod integration (`runner.integrate`), then publication and the
+reply. Problems a user can fix (a bad target, a path outside the repository, a reference
+that crashes) end as a failed check run plus a helpful comment; they never escape as
 exceptions. Anything else (GitHub down, a bug) propagates so the worker can retry.
 """
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Literal
 
 import structlog
 
 from nkibot.backends.neuron import devices
 from nkibot.backends.select import host_platform
-from nkibot.config.repo import ConfigError, RepoConfig, load_repo_config
 from nkibot.config.settings import Settings
-from nkibot.convert.codemod import CodemodError, integrate_dispatch
-from nkibot.convert.discovery import (
-    TargetError,
-    choose_shapes,
-    discover,
-    resolve,
-    triton_launcher,
-    triton_reference,
-)
+from nkibot.convert.discovery import TargetError
 from nkibot.github.artifacts import header_line_count
 from nkibot.github.checks import CheckRun, reply_once
-from nkibot.github.dashboard import failure_update, result_update
+from nkibot.github.dashboard import failure_update, report_row, result_update
 from nkibot.github.gateway import GitHubGateway
-from nkibot.github.publish import LeftAlone, Publisher, output_paths, plan_publication
+from nkibot.github.publish import LeftAlone, Publisher, plan_publication
 from nkibot.github.render import (
     check_run_output,
     conclusion,
@@ -46,143 +36,15 @@ from nkibot.github.render import (
 from nkibot.handlers.dashboard import RowUpdate
 from nkibot.jobs.model import Job
 from nkibot.results import ConversionResult
+from nkibot.runner.intake import Prepared, prepare
+from nkibot.runner.integrate import integration
 from nkibot.runner.progress import ProgressReporter
-from nkibot.runner.targets import (
-    cuda_target,
-    is_cuda,
-    locate,
-    migrated,
-    refuse_unexpressible,
-    report_row,
-)
-from nkibot.runner.workspace import resolve_inside, workspace
-from nkibot.task import Task, Tolerance
+from nkibot.runner.timings import Timings
+from nkibot.runner.workspace import workspace
+from nkibot.task import Task
 
 log = structlog.get_logger("nkibot.runner.job")
 Outcome = Literal["done", "release"]
-
-
-@dataclass
-class Timings:
-    """Seconds per stage, for logs and the throughput benchmark."""
-
-    stages: dict[str, float] = field(default_factory=dict)
-
-    _current: tuple[str, float] | None = None
-
-    def add(self, stage: str, seconds: float) -> None:
-        self.stages[stage] = self.stages.get(stage, 0.0) + seconds
-
-    def on_stage(self, stage: str) -> None:
-        """The pipeline's stage callback: time spent in each of its stages."""
-        self.end_stage()
-        self._current = (stage, time.monotonic())
-
-    def end_stage(self) -> None:
-        if self._current is not None:
-            name, since = self._current
-            self.add(name, time.monotonic() - since)
-            self._current = None
-
-
-@dataclass
-class Prepared:
-    task: Task
-    config: RepoConfig
-    reference_path: str
-    entry: str
-    kind: str  # of the reference: "module", "function" or "triton" (a launcher)
-    target_kind: str  # of what was asked for: "module" or "triton"
-    integrated: dict[str, str] = field(default_factory=dict)
-
-
-def _tolerance(job: Job) -> Tolerance | None:
-    atol, rtol = job.options.atol, job.options.rtol
-    if atol is None and rtol is None:
-        return None
-    return Tolerance(atol=atol if atol is not None else 1e-3, rtol=rtol if rtol is not None
-                     else 1e-3)
-
-
-async def _config(gw: GitHubGateway, job: Job, root: Path) -> RepoConfig:
-    async def fetch(owner: str, repo: str, path: str) -> str | None:
-        if f"{owner}/{repo}".lower() == job.repo.lower():
-            local = root / path
-            return local.read_text("utf-8") if local.is_file() else None
-        return await gw.read_file(owner, repo, path)
-
-    found = await load_repo_config(fetch, job.owner, job.name)
-    if isinstance(found, ConfigError):
-        raise TargetError(found.message(), "fix `.github/nki-bot.yml` and run `/nki retry`")
-    return found
-
-
-def _reference(root: Path, job: Job, config: RepoConfig, path: str, name: str, file: Path
-               ) -> tuple[str, str, Path, str]:
-    """(reference path, entry, file, kind of the requested target), Triton resolved."""
-    source = file.read_text("utf-8", errors="replace")
-    if is_cuda(path, source, name):
-        return cuda_target(root, job, config, path, name, source)
-    cand = resolve(discover(source), path, name)
-    if cand.kind != "triton":
-        return path, name, file, cand.kind
-    ref = triton_reference(job.target, config.references,
-                           triton_installed=importlib.util.find_spec("triton") is not None)
-    if ref is None:
-        # No configured reference: the kernel itself, run through its launcher on Triton's
-        # CPU interpreter (load_task runs the launcher; a file without one is refused here).
-        triton_launcher(source, name, path)
-        return path, name, file, "triton"
-    ref_path, ref_name, ref_file = locate(root, ref)
-    resolve(discover(ref_file.read_text("utf-8", errors="replace")), ref_path, ref_name)
-    return ref_path, ref_name, ref_file, "triton"
-
-
-async def prepare(gw: GitHubGateway, job: Job, root: Path, settings: Settings) -> Prepared:
-    """Config, discovery and the Task (the reference is described in the sandbox)."""
-    from nkibot.convert.taskload import TaskLoadError, load_task
-
-    config = await _config(gw, job, root)
-    path, name, file = locate(root, job.target)
-    ref_path, entry, ref_file, kind = _reference(root, job, config, path, name, file)
-    refuse_unexpressible(ref_file, ref_path, entry)
-    config_shapes = next((t.shapes for t in config.targets if t.target == job.target), [])
-    shapes, origin = choose_shapes(job.options.shapes, job.issue_shapes, config_shapes)
-    try:
-        task = await asyncio.to_thread(
-            load_task, ref_file, entry, shapes=shapes or None, tolerance=_tolerance(job),
-            turns=job.options.turns, compile_timeout_s=settings.compile_timeout_s,
-            display_path=ref_path)
-    except TaskLoadError as exc:
-        raise TargetError(str(exc.args[0]) if exc.args else str(exc),
-                          getattr(exc, "hint", "") or f"input shapes came from {origin}") from exc
-    migrated_from = migrated(kind, file, ref_file, path, name)
-    if migrated_from is not None:
-        task = task.model_copy(update={"migrate_from": migrated_from})
-    # The harness's entry (a Triton kernel's launcher) and kind drive the published test.
-    return Prepared(task, config, ref_path, task.entry_point, kind=task.kind,
-                    target_kind=kind)
-
-
-def integration(prep: Prepared, result: ConversionResult, root: Path) -> dict[str, str]:
-    """The codemodded module for `integrate: dispatch` (module targets only)."""
-    # Only a module target is rewired; a Triton kernel's PyTorch reference is left alone.
-    if (prep.config.integrate != "dispatch" or result.kernel is None
-            or prep.target_kind != "module"):
-        return {}
-    kernel_path, _ = output_paths(result, prep.config.output_dir)
-    module_file = resolve_inside(root, prep.reference_path)
-    args = result.kernel.args
-    try:
-        text = integrate_dispatch(
-            module_file.read_text("utf-8"), class_name=prep.entry,
-            module_path=prep.reference_path, kernel_path=kernel_path,
-            function=result.kernel.function, n_inputs=sum(a.source == "input" for a in args),
-            state_keys=[a.key or a.name for a in args if a.source == "state_dict"])
-    except CodemodError as exc:
-        log.warning("integrate: dispatch skipped", reason=str(exc))
-        return {}
-    return {prep.reference_path: text}
 
 
 async def run_conversion(task: Task, settings: Settings, job: Job, *, core_id: int | None,

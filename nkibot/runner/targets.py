@@ -1,9 +1,9 @@
-"""Target resolution beyond Python modules, and the dashboard's report of a job.
+"""Target resolution: where a target lives, and what it converts against.
 
 A CUDA kernel (a `.cu`/`.cuh` file, or a `load_inline` source in a Python file) converts
 against the PyTorch reference named by `--reference` or the config's `references:`; its
-source rides along in the Task for the prompt. A job ticked on the dashboard issue
-reports on its row there instead of commenting.
+source rides along in the Task for the prompt. A forward that uses an op no backend can
+express is refused before any work.
 """
 
 from __future__ import annotations
@@ -26,9 +26,6 @@ from nkibot.convert.cuda import (
 )
 from nkibot.convert.discovery import TargetError, discover, resolve, suggest_paths
 from nkibot.convert.staticops import forward_ops
-from nkibot.github.dashboard import update_rows
-from nkibot.github.gateway import GitHubGateway
-from nkibot.handlers.dashboard import RowUpdate
 from nkibot.jobs.model import Job
 from nkibot.runner.workspace import python_files, resolve_inside
 from nkibot.task import SourceKernel
@@ -77,12 +74,6 @@ def is_cuda(path: str, source: str, name: str) -> bool:
     """A CUDA file, or a Python file whose `load_inline` CUDA defines `name` (and no class)."""
     return is_cuda_file(path) or (find_kernel(path, source, name) is not None and not any(
         c.name == name for c in discover(source).candidates))
-
-
-async def report_row(gw: GitHubGateway, job: Job, update: RowUpdate) -> None:
-    """A dashboard-ticked job reports on its row instead of commenting on the issue."""
-    if job.trigger.issue_number is not None:
-        await update_rows(gw, job.repo, job.trigger.issue_number, (update,))
 
 
 def refuse_unexpressible(file: Path, shown: str, name: str) -> None:

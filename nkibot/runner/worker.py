@@ -26,7 +26,8 @@ from nkibot.github.render import error_comment, error_output
 from nkibot.jobs.model import Job
 from nkibot.jobs.queue import DeadLetterSource, Lease, Queue
 from nkibot.jobs.state import JobStateStore
-from nkibot.runner.jobrun import JobRunner, Timings
+from nkibot.runner.jobrun import JobRunner
+from nkibot.runner.timings import Timings
 
 if TYPE_CHECKING:
     from githubkit import GitHub
