@@ -10,6 +10,9 @@ kernel, and that must happen in the sandbox like any kernel run. So the proxy pi
 first kernel, and every other candidate that fits becomes a *variant* (`Lowered.variants`):
 the agent loop's optimize phase verifies and times each with the cost model (or on the
 device) and keeps it only when it verifies and is faster (`nkibot.convert.agent.optimize`).
+The convolution emitters choose their folds and bands the same way, before any kernel
+runs, by closed-form estimates restated from the cost model's trn1 constants
+(`convfold`, `convband`). docs/cost-model.md ("How tilings are picked") says the same.
 """
 
 from __future__ import annotations
