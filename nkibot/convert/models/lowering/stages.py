@@ -63,9 +63,12 @@ class Scheduler:
         names = Names(set(taken) | {op.name for op in graph.ops})
         self.final: dict[str, Output] = {}
         self.aliases: dict[str, str] = {}  # an alias variable -> its definition
+        self.copies: list[tuple[Output, str]] = []  # outputs that are inputs, reshaped
         for out in outputs:
             base = self._reshaped(out.name)
-            if base == out.name:
+            if graph.leaf(base) is not None:
+                self.copies.append((out, base))
+            elif base == out.name:
                 self.final.setdefault(out.name, out)
             elif base not in self.final:
                 op = graph.op(base)
@@ -83,6 +86,9 @@ class Scheduler:
         """The computed value `name` is a plain reshape chain of, or `name` itself."""
         op = self.graph.op(name)
         while op is not None and op.op in ("view", "copy") and isinstance(op.args[0], Ref):
+            leaf = self.graph.leaf(op.args[0].name)
+            if leaf is not None and leaf.dtype == op.dtype:
+                return leaf.name
             src = self.graph.op(op.args[0].name)
             if src is None or op.dtype != src.dtype:
                 break
@@ -167,6 +173,12 @@ def partition(sched: Scheduler, fits: Fits) -> list[Stage]:
             raise LayoutError(f"{origins} does not lower even as its own stage: {first_error}")
         stages.append(best[1])
         i = best[0]
+    written = {o.var for stage in stages for o in stage.writes}
+    written |= {out.var for out, _ in sched.copies}
+    unwritten = [o.var for o in sched.final.values() if o.var not in written]
+    if unwritten:  # an output that is an input (or a view of one): no stage computes it
+        raise LayoutError(f"outputs no op computes ({', '.join(unwritten)}): return a copy "
+                          "made by an op, or leave the input out of the outputs")
     return stages
 
 
@@ -209,6 +221,9 @@ def emit_stages(sched: Scheduler, stages: Sequence[Stage], kernel: Kernel) -> No
     """Each stage in order: its scratch outputs allocated in HBM, then its group's code."""
     for var, definition in sched.aliases.items():
         kernel.body.line(f"{var} = {definition}")
+    for out, leaf in sched.copies:
+        kernel.body.comment(f"{out.var} is the input {leaf} itself: one HBM to HBM copy")
+        kernel.body.line(f"nisa.dma_copy(dst={out.var}, src={leaf}.reshape({out.shape or (1,)!r}))")
     for n, stage in enumerate(stages, 1):
         body = kernel.body
         body.line()

@@ -46,6 +46,10 @@ COMPOSED = {
                              "        self.up = nn.Linear(128, 344, bias=False)\n"
                              "        self.down = nn.Linear(344, 128, bias=False)",
                              [(128, 128)]),
+    # an output that is the input itself (reshaped): one HBM to HBM copy, not garbage
+    "mlp_and_its_input": ("(self.l2(torch.relu(self.l1(x))), x.view(48, 128))", "x",
+                          "        self.l1 = nn.Linear(64, 128)\n"
+                          "        self.l2 = nn.Linear(128, 32)", [(96, 64)]),
     "two_branches": ("self.a(x).sum(-1, keepdim=True) + self.b(x)", "x",
                      "        self.a = nn.Linear(32, 64)\n"
                      "        self.b = nn.Linear(32, 1)", [(50, 32)]),
