@@ -217,6 +217,11 @@ class TileEmitter:
                 self.value(arg)
         self.origin_comment(op)
         var = self.names.fresh(f"{op.name}")
+        if op.op in ("fill", "zeros"):
+            value = float(str(op.attr("value", 0.0)))
+            self.block.line(f"{var} = nl.full({self.shape(self.pl.kinds[op.name])}, {value!r}, "
+                            "dtype=nl.float32, buffer=nl.sbuf)")
+            return var
         if op.op == "iota":
             self.block.line(f"{var} = nl.ndarray((1, q), dtype=nl.float32, buffer=nl.sbuf)")
             self.block.line(f"nisa.iota({var}, [[1, q]], offset=c0)  # column index c0 + j")

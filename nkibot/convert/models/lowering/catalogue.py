@@ -25,6 +25,7 @@ from nkibot.convert.models.lowering import (  # noqa: F401 - each registers its 
     losses,
     reductions,
     scanops,
+    selectops,
 )
 from nkibot.convert.models.lowering.decompose import HANDLERS, Handler
 
@@ -39,6 +40,8 @@ LOWERED_MODULES: frozenset[str] = frozenset({
     "KLDivLoss", "CosineSimilarity", "TripletMarginLoss",
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
     "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Embedding",
 })
 #: Handler names that are the tracer's own spellings, not torch ops a user writes.
 _INTERNAL = frozenset({"subscript", "einsum_mm", "expand_as_view", "identity"})

@@ -56,10 +56,8 @@ for _torch_name, _prim in _UNARY.items():
     HANDLERS[_torch_name] = _unary
 
 
-@register("contiguous", "clone", "detach", "float", "to", "type_as", "identity", "dropout",
-          "alpha_dropout", "feature_alpha_dropout")
+@register("contiguous", "clone", "detach", "float", "to", "type_as", "identity")
 def _alias(s: Sink, a: list[object], k: dict[str, object]) -> object:
-    # dropout only reaches here in eval mode or with p=0 (trace.py checks training)
     return s.emit("copy", tensor(a[0]), last=True)
 
 

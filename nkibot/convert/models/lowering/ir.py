@@ -23,7 +23,7 @@ OTHER: frozenset[str] = frozenset({"where", "view", "transpose", "matmul", "slic
                                    "conv", "pool", "scan", "flip", "triu",
                                    "tril", "blocknorm", "narrow", "select",
                                    "zeros", "attention", "permute", "expand",
-                                   "subscript"})
+                                   "subscript", "fill", "gather"})
 PRIMITIVES: frozenset[str] = UNARY | BINARY | REDUCE | OTHER
 
 

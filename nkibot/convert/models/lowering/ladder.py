@@ -12,6 +12,7 @@ from __future__ import annotations
 from nkibot.convert.models.lowering.attention import emit_attention
 from nkibot.convert.models.lowering.channelnorm import emit_channelnorm
 from nkibot.convert.models.lowering.conv import emit_conv
+from nkibot.convert.models.lowering.gather import emit_gather
 from nkibot.convert.models.lowering.layout import (
     TOTAL,
     LayoutError,
@@ -29,7 +30,7 @@ from nkibot.convert.models.lowering.rowwise import Kernel, Output, emit_rowwise
 from nkibot.convert.models.lowering.scan import emit_scan
 
 #: The anchor operators, in the order the emitters are tried: a group holds one of them.
-ANCHORS = ("attention", "blocknorm", "scan", "pool", "conv", "matmul")
+ANCHORS = ("attention", "blocknorm", "scan", "pool", "conv", "matmul", "gather")
 
 
 def anchor_of(res: Resolved) -> str:
@@ -67,6 +68,8 @@ def emit_group(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
         emit_conv(res, outputs, kernel)
     elif anchor == "matmul":
         emit_matmul(res, outputs, kernel)
+    elif anchor == "gather":
+        emit_gather(res, outputs, kernel)
     elif not emit_middle(res, outputs, kernel) and not emit_channelnorm(res, outputs, kernel):
         pl = _place_any(res, [o.name for o in outputs])
         if any(pl.kinds[res.target(o.name)] not in ("full", "row", TOTAL) for o in outputs):

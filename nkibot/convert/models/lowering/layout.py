@@ -266,6 +266,12 @@ def _place_op(res: Resolved, pl: Placement, op: Op, outputs: list[str]) -> None:
         if found is None or found[0] != COL:
             raise LayoutError(f"{op.origin}: class indices must run along the free dim")
         kind = COL
+    elif op.op in ("fill", "zeros"):  # a constant: whatever kind its shape has
+        found = pl.frame.classify(op.shape)
+        if found is None:
+            raise LayoutError(f"{op.origin}: a constant of shape {list(op.shape)} does not fit "
+                              "the layout")
+        kind = found[0]
     elif op.op in ("matmul", "transpose", "slice"):
         raise LayoutError(f"{op.origin}: {op.op} inside an elementwise/row graph")
     elif op.op == "view":

@@ -85,7 +85,19 @@ def _avg_pool(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Ca
 def _dropout(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
     if m.training and m.p > 0:
         return "dropout_training", args, {}
-    return "dropout", args, {}
+    return "dropout", [args[0], m.p, False], {}
+
+
+def _adaptive_pool(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
+    name = type(m).__name__  # AdaptiveAvgPool2d -> adaptive_avg_pool2d
+    kind = "avg" if "Avg" in name else "max"
+    return f"adaptive_{kind}_pool{name[-2]}d", [args[0], m.output_size,
+                                                 getattr(m, "return_indices", False)], {}
+
+
+def _embedding(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
+    return "embedding", [args[0], _param(state, target, "weight"), m.padding_idx,
+                         m.max_norm], {}
 
 
 def _flatten(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
@@ -101,7 +113,9 @@ _MODULES: dict[str, Callable[..., Call]] = {
     "ConvTranspose2d": _conv, "ConvTranspose3d": _conv,
     "MaxPool1d": _max_pool, "MaxPool2d": _max_pool, "MaxPool3d": _max_pool,
     "AvgPool1d": _avg_pool, "AvgPool2d": _avg_pool, "AvgPool3d": _avg_pool,
-    "Dropout": _dropout, "Flatten": _flatten, "Identity": _simple("identity"),
+    **{f"Adaptive{k}Pool{n}d": _adaptive_pool for k in ("Avg", "Max") for n in (1, 2, 3)},
+    "Embedding": _embedding, "Dropout": _dropout, "Flatten": _flatten,
+    "Identity": _simple("identity"),
     "ReLU": _simple("relu"), "Sigmoid": _simple("sigmoid"), "Tanh": _simple("tanh"),
     "GELU": _simple("gelu", "approximate"), "SiLU": _simple("silu"), "Mish": _simple("mish"),
     "Softplus": _simple("softplus", "beta", "threshold"), "Softsign": _simple("softsign"),

@@ -13,14 +13,13 @@ def _reduction(op: str, with_indices: bool = False) -> Handler:
     def handle(s: Sink, a: list[object], k: dict[str, object]) -> object:
         x = tensor(a[0])
         dim = get(a, k, 1, "dim")
-        if op in ("rmax", "rmin") and len(a) > 1 and isinstance(a[1], Ref):
-            return s.emit("maximum" if op == "rmax" else "minimum", x, a[1], last=True)
+        if with_indices and len(a) > 1 and "__shape" in k:  # torch.max(x, other): one tensor
+            return s.emit("maximum" if op == "rmax" else "minimum", x, tensor(a[1]), last=True)
         dims = norm_dims(dim, len(s.shape(x)))
         keep = bool(get(a, k, 2, "keepdim", False))
         out = s.reduce(op, x, dims, keep, last=True)
-        # torch.max(x, dim) returns (values, indices); indices are not lowered
-        if with_indices and isinstance(dim, int):
-            return (out, None)
+        if with_indices and isinstance(dim, int):  # torch.max(x, dim): (values, indices)
+            return (out, indices(s, x, op, dims, keep))
         return out
     return handle
 
@@ -89,6 +88,19 @@ def _norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     p = get(a, k, 1, "p", k.get("ord", 2))
     dims = norm_dims(get(a, k, 2, "dim"), len(s.shape(x)))
     return vector_norm(s, x, p, dims, bool(get(a, k, 3, "keepdim", False)), last=True)
+
+
+def indices(s: Sink, x: Arg, peak: str, dims: tuple[int, ...], keep: bool) -> Ref:
+    """The first index of the extreme along dims[0] (torch.max(x, dim).indices), int64."""
+    shape = s.shape(x)
+    hit = s.emit("eq", x, s.reduce(peak, x, dims, True))
+    index = s.emit("iota", shape=tuple(d if i in dims else 1 for i, d in enumerate(shape)))
+    picked = s.emit("where", hit, index, float(shape[dims[0]]))
+    dtype, s.dtype = s.dtype, "int64"
+    try:
+        return s.reduce("rmin", picked, dims, keep)
+    finally:
+        s.dtype = dtype
 
 
 def _arg_reduction(peak: str) -> Handler:

@@ -24,7 +24,12 @@ from nkibot.convert.models.lowering.catalogue import handler
 from nkibot.convert.models.lowering.ir import Graph, Leaf, Ref
 from nkibot.convert.models.lowering.modules import module_call
 from nkibot.convert.models.lowering.sink import Sink, Unsupported
-from nkibot.convert.models.lowering.tracers import TracingFailed, trace_module
+from nkibot.convert.models.lowering.tracers import (
+    Constant,
+    TracingFailed,
+    tensor_constants,
+    trace_module,
+)
 from nkibot.task import Task
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -92,6 +97,7 @@ class _Lowerer(fx.Interpreter):
         self.source, self.sites = source, {}  # type: tuple[str, str], dict[str, str]
         self.node: fx.Node | None = None
         self.ir, self.state = graph, state
+        self.consts: dict[str, Constant] = {}
         self.values: dict[str, object] = {}
         self.unsupported: list[str] = []
         self.names = {leaf.name for leaf in graph.leaves}
@@ -112,8 +118,11 @@ class _Lowerer(fx.Interpreter):
             key = str(n.target)
             if key in self.state:
                 return Ref(self.state[key])
+            if key in self.consts:  # a tensor constant a fill or a range describes
+                return self.constant(n, self.consts[key], result)
             if isinstance(result, torch.Tensor):
-                self._fail("aten.lift_fresh_copy.default")
+                self._fail("aten.lift_fresh_copy.default (a tensor constant of "
+                           f"{result.numel()} elements)")
                 return _UNSUP
             return result
         if n.op == "output":
@@ -135,6 +144,9 @@ class _Lowerer(fx.Interpreter):
         return self.apply(name, n, args, kwargs, result)
 
     def apply(self, name: str, n: fx.Node, args: Any, kwargs: Any, result: object) -> object:
+        if name in ("values", "indices") and isinstance(args[0], tuple):
+            item = args[0][0 if name == "values" else 1]
+            return self._fail("aten.max.dim indices") if item is None else item
         if name == "getitem":
             if isinstance(args[0], tuple):
                 item = args[0][args[1]]
@@ -156,6 +168,15 @@ class _Lowerer(fx.Interpreter):
             return lower(sink, args, kwargs)
         except Unsupported as exc:
             return self._fail(exc.op + (f" ({exc.why})" if exc.why else ""))
+
+    def constant(self, n: fx.Node, const: Constant, result: object) -> object:
+        kind, first, step = const
+        if kind == "scalar":
+            return first
+        if kind == "fill":
+            return self.apply("full", n, [tuple(result.shape), first], {}, result)  # type: ignore[attr-defined]
+        count = int(result.numel())  # type: ignore[attr-defined]
+        return self.apply("arange", n, [first, first + step * count, step], {}, result)
 
     def _fail(self, op: str) -> object:
         self.unsupported.append(op)
@@ -255,10 +276,13 @@ def trace_graph(task: Task, sites: dict[str, str] | None = None) -> tuple[Graph,
     if len(params) != len(task.inputs):
         raise TraceError(f"forward takes {len(params)} inputs, the task describes "
                          f"{len(task.inputs)}")
+    consts = tensor_constants(gm, state)
     gm.to("meta")
     lowerer = _Lowerer(gm, graph, state, (task.source_path, task.reference_source))
+    lowerer.consts = consts
     try:
-        lowerer.run(*meta_inputs)
+        with torch.device("meta"):  # tensors the forward creates (torch.full, ...) too
+            lowerer.run(*meta_inputs)
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [repr(exc)])[0]
         raise TraceError(f"could not run {task.entry_point} at the given shapes: {first}") from exc

@@ -122,3 +122,42 @@ def user_line(exc: BaseException, source_path: str) -> str:
     frame = frames[-1]
     code = (frame.line or "").strip()
     return f" at {source_path}:{frame.lineno}" + (f": `{code}`" if code else "")
+
+
+#: A tensor constant as the lowering can rebuild it: ("scalar", value, 0), ("fill", value,
+#: 0) or ("arange", start, step).
+Constant = tuple[str, float, float]
+
+
+def tensor_constants(gm: fx.GraphModule, state: dict[str, str]) -> dict[str, Constant]:
+    """The tensor attributes the graph reads that are not state (`torch.tensor(0.5)`,
+    `torch.zeros(4, 64)` or `torch.arange(8)` with constant arguments, which torch.fx
+    evaluates while tracing), when one value or an arithmetic range describes them.
+    Read before the module moves to the meta device."""
+    out: dict[str, Constant] = {}
+    for node in gm.graph.nodes:
+        key = str(node.target)
+        if node.op != "get_attr" or key in state:
+            continue
+        value: object = gm
+        for part in key.split("."):
+            value = getattr(value, part, None)
+        if isinstance(value, torch.Tensor) and not value.is_meta and value.numel() > 0:
+            found = _describe(value)
+            if found is not None:
+                out[key] = found
+    return out
+
+
+def _describe(value: torch.Tensor) -> Constant | None:
+    flat = value.detach().flatten().double()
+    first = float(flat[0])
+    if value.numel() == 1:
+        return ("scalar", first, 0.0)
+    if bool((flat == flat[0]).all()):
+        return ("fill", first, 0.0)
+    step = float(flat[1] - flat[0])
+    ramp = first + step * torch.arange(flat.numel(), dtype=torch.float64)
+    if value.dim() == 1 and bool((flat == ramp).all()):
+        return ("arange", first, step)
+    return None
