@@ -23,7 +23,7 @@ OTHER: frozenset[str] = frozenset({"where", "view", "transpose", "matmul", "slic
                                    "conv", "pool", "scan", "flip", "triu",
                                    "tril", "blocknorm", "narrow", "select",
                                    "zeros", "attention", "permute", "expand",
-                                   "subscript", "fill", "gather"})
+                                   "subscript", "fill", "gather", "cat"})
 PRIMITIVES: frozenset[str] = UNARY | BINARY | REDUCE | OTHER
 
 

@@ -10,6 +10,7 @@ that is a single group.
 from __future__ import annotations
 
 from nkibot.convert.models.lowering.attention import emit_attention
+from nkibot.convert.models.lowering.catcopy import emit_cat
 from nkibot.convert.models.lowering.channelnorm import emit_channelnorm
 from nkibot.convert.models.lowering.conv import emit_conv
 from nkibot.convert.models.lowering.gather import emit_gather
@@ -30,7 +31,7 @@ from nkibot.convert.models.lowering.rowwise import Kernel, Output, emit_rowwise
 from nkibot.convert.models.lowering.scan import emit_scan
 
 #: The anchor operators, in the order the emitters are tried: a group holds one of them.
-ANCHORS = ("attention", "blocknorm", "scan", "pool", "conv", "matmul", "gather")
+ANCHORS = ("attention", "blocknorm", "scan", "pool", "conv", "matmul", "gather", "cat")
 
 
 def anchor_of(res: Resolved) -> str:
@@ -70,6 +71,8 @@ def emit_group(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
         emit_matmul(res, outputs, kernel)
     elif anchor == "gather":
         emit_gather(res, outputs, kernel)
+    elif anchor == "cat":
+        emit_cat(res, outputs, kernel)
     elif not emit_middle(res, outputs, kernel) and not emit_channelnorm(res, outputs, kernel):
         pl = _place_any(res, [o.name for o in outputs])
         if any(pl.kinds[res.target(o.name)] not in ("full", "row", TOTAL) for o in outputs):

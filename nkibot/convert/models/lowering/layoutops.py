@@ -155,3 +155,15 @@ def subscript(s: Sink, x: Arg, index: object, shape: tuple[int, ...]) -> Ref:
 @register("subscript")
 def _subscript(s: Sink, a: list[object], k: dict[str, object]) -> object:
     return subscript(s, tensor(a[0]), a[1], out_shape(k))
+
+
+@register("stack")
+def _stack(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    parts = get(a, k, 0, "tensors")
+    items = [tensor(p) for p in (parts if isinstance(parts, list | tuple) else [])]
+    out = out_shape(k)
+    dim = norm_dims(get(a, k, 1, "dim", 0), len(out))[0]
+    if not items or not all(isinstance(p, Ref) for p in items):
+        raise Unsupported("aten.stack.default", "parts that are not tensors")
+    views = [s.emit("view", p, shape=(*s.shape(p)[:dim], 1, *s.shape(p)[dim:])) for p in items]
+    return s.emit("cat", *views, shape=out, last=True, dim=dim)

@@ -7,7 +7,7 @@ a reverse scan (`flipped`), and a flip of a scan along its dim toggles `flipped`
 
 from __future__ import annotations
 
-from nkibot.convert.models.lowering.decompose import get, register, tensor
+from nkibot.convert.models.lowering.decompose import get, out_shape, register, tensor
 from nkibot.convert.models.lowering.ir import Arg, Ref
 from nkibot.convert.models.lowering.sink import Sink, Unsupported, norm_dims
 
@@ -85,4 +85,9 @@ def _cat(s: Sink, a: list[object], k: dict[str, object]) -> object:
             src = s.graph.op(scan.args[0].name) if isinstance(scan.args[0], Ref) else None
             args = src.args if src is not None and src.op == "narrow" else scan.args
             return s.emit("scan", *args, shape=s.shape(args[0]), last=True, **attrs)
-    raise Unsupported("aten.cat.default", "only the exclusive-scan form is lowered")
+    shape = out_shape(k)
+    dim = norm_dims(get(a, k, 1, "dim", 0), len(shape))[0]
+    refs = [p for p in items if not (isinstance(p, Ref) and 0 in s.shape(p))]  # empty parts
+    if not refs or not all(isinstance(p, Ref) for p in refs):
+        raise Unsupported("aten.cat.default", "parts that are not tensors")
+    return s.emit("cat", *refs, shape=shape, last=True, dim=dim)

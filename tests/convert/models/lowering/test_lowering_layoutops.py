@@ -36,6 +36,11 @@ COMPOSED = [
     ("x.unbind(1)[2] * 3", (4, 8, 16)),
     ("x.chunk(2, dim=1)[1].exp()", (4, 8, 16)),
     ("x[:, :1].expand(4, 8, 16) + x", (4, 8, 16)),
+    ("torch.cat((x, x.flip(1)), dim=1)", (4, 8, 16)),
+    ("torch.cat([x.transpose(1, 2), x.transpose(1, 2) * 2], dim=-1).exp()", (2, 8, 16)),
+    ("torch.stack([r * 2 for r in x], dim=0)", (3, 8, 16)),
+    ("torch.stack((x, -x), dim=-1).sum(-1)", (4, 8, 16)),
+    ("torch.cat((-x[..., 8:], x[..., :8]), dim=-1) * x", (4, 8, 16)),  # rotate-half (RoPE)
 ]
 
 
