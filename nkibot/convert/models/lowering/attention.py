@@ -35,16 +35,19 @@ from nkibot.convert.models.lowering.rowwise import Kernel, Output
 KV_TILE = 512  # keys per score tile: gemm_moving_fmax, one fp32 PSUM bank per partition
 V_COLS = 512  # V's columns per P V matmul: gemm_moving_fmax
 LOW = {"bfloat16", "float16"}
+#: SBUF bytes per partition a head's resident K^T and V may take
+RESIDENT_BUDGET = 64 * 1024
 
 
-def _leaf(res: Resolved, arg: object, what: str) -> tuple[str, str]:
-    """(kernel argument, dtype) of an attention operand: an input, possibly reshaped."""
+def _leaf(res: Resolved, arg: object, what: str) -> tuple[str, str, tuple[int, ...]]:
+    """(kernel argument, dtype, shape) of an attention operand: an input, possibly
+    reshaped, or the HBM scratch a layout copy wrote (not a leaf of this group's graph)."""
     if not isinstance(arg, Ref) or res.target(arg.name) not in res.views:
         raise LayoutError(f"attention's {what} is computed; only inputs are lowered")
     view = res.views[res.target(arg.name)]
     if view.transposed or view.sliced:
         raise LayoutError(f"attention's {what} is a transposed or sliced view")
-    return view.leaf.name, view.leaf.dtype
+    return view.leaf.name, view.leaf.dtype, view.shape
 
 
 def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
@@ -52,10 +55,10 @@ def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
         raise LayoutError("attention with other ops in the graph (only a lone "
                           "scaled_dot_product_attention is lowered)")
     op = res.ops[0]
-    (q, qd), (k, kd), (v, vd) = (_leaf(res, a, w) for a, w in zip(op.args, "QKV", strict=True))
+    (q, qd, qs), (k, kd, ks), (v, vd, vs) = (_leaf(res, a, w)
+                                             for a, w in zip(op.args, "QKV", strict=True))
     if len({qd, kd, vd}) != 1:
         raise LayoutError(f"attention operands of mixed dtypes ({qd}, {kd}, {vd})")
-    qs, ks, vs = res.shape(q), res.shape(k), res.shape(v)
     heads, length, emb = math.prod(op.shape[:-2]), qs[-2], qs[-1]
     keys, ev = ks[-2], vs[-1]
     compute = nl_dtype(qd) if qd in LOW else "nl.float32"
@@ -68,26 +71,62 @@ def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
     body.line(f"out_v = {outputs[0].var}.reshape(({heads}, {length}, {ev}))")
     dims = _Dims(emb, ev, float(str(op.attr("scale"))), compute, nl_dtype(outputs[0].dtype))
     single = keys <= KV_TILE
+    item = 2 if qd in LOW else 4
+    dims.resident = keys % PMAX == 0 and keys // PMAX * (dims.ke * PMAX + ev) * item <= (
+        RESIDENT_BUDGET)
     first = _emit_step(kernel, op, dims, first=True, only=single)
     later = first if single else _emit_step(kernel, op, dims, first=False, only=False)
     rows = _emit_rows(kernel, dims, keys, first, later)
     full, rem = divmod(length, PMAX)
     body.line(f"for g in nl.affine_range({heads}):")
     body.indent()
+    kv = "k_v, v_v"
+    if dims.resident:
+        kv = "k_all, v_all"
+        _emit_resident(body, kernel, dims, keys)
     if full == 1:
-        body.line(f"{rows}(q_v, k_v, v_v, out_v, g, 0, {PMAX})")
+        body.line(f"{rows}(q_v, {kv}, out_v, g, 0, {PMAX})")
     elif full > 1:
         body.line(f"for qt in nl.affine_range({full}):")
-        body.line(f"    {rows}(q_v, k_v, v_v, out_v, g, qt * {PMAX}, {PMAX})")
+        body.line(f"    {rows}(q_v, {kv}, out_v, g, qt * {PMAX}, {PMAX})")
     if rem:
-        body.line(f"{rows}(q_v, k_v, v_v, out_v, g, {full * PMAX}, {rem})")
+        body.line(f"{rows}(q_v, {kv}, out_v, g, {full * PMAX}, {rem})")
     body.dedent()
+
+
+def _emit_resident(body: Block, kernel: Kernel, d: _Dims, keys: int) -> None:
+    """K^T and V of head g loaded once for all its query blocks. Partition r holds keys
+    r * J .. r * J + J - 1 (J = keys / 128), so each loads with one DMA of J-row runs; key
+    block j (keys r * J + j over the partitions) is transposed into K^T's columns
+    j * 128 + r, and V's block j holds the same keys: softmax and P V only need K^T's
+    columns and V's rows in the same order."""
+    fn = kernel.names.fresh("attention_kv")
+    j, cd = keys // PMAX, d.compute
+    blk = Block(depth=1)
+    blk.line(f"k_nat = nl.ndarray(({PMAX}, {j}, {d.emb}), dtype={cd}, buffer=nl.sbuf)")
+    blk.line(f"nisa.dma_copy(dst=k_nat, src=k_v[g].reshape(({PMAX}, {j}, {d.emb})))")
+    blk.line(f"nisa.dma_copy(dst=v_all, src=v_v[g].reshape(({PMAX}, {j}, {d.ev})))")
+    blk.line(f"for c in range({j}):")
+    for e in range(d.ke):
+        ew = min(PMAX, d.emb - e * PMAX)
+        blk.line(f"    kt_ps = nl.ndarray(({ew}, {PMAX}), dtype={cd}, buffer=nl.psum)")
+        blk.line(f"    nisa.nc_transpose(kt_ps, k_nat[0:{PMAX}, c, {e * PMAX}:{e * PMAX + ew}])")
+        blk.line(f"    nisa.tensor_copy(dst=k_all[0:{ew}, {e}, nl.ds(c * {PMAX}, {PMAX})], "
+                 "src=kt_ps)")
+    kernel.helpers.append([f"def {fn}(k_all, v_all, k_v, v_v, g):",
+                           '    """Head g\'s K^T [E-chunks, keys] and V [128, J, Ev], keys '
+                           'permuted alike (see emit_attention)."""', *blk.lines])
+    body.comment(f"K^T and V of head g resident for every query block ({keys} keys)")
+    body.line(f"k_all = nl.ndarray(({PMAX}, {d.ke}, {keys}), dtype={cd}, buffer=nl.sbuf)")
+    body.line(f"v_all = nl.ndarray(({PMAX}, {j}, {d.ev}), dtype={cd}, buffer=nl.sbuf)")
+    body.line(f"{fn}(k_all, v_all, k_v, v_v, g)")
 
 
 class _Dims:
     def __init__(self, emb: int, ev: int, scale: float, compute: str, out: str) -> None:
         self.emb, self.ev, self.scale, self.compute, self.out = emb, ev, scale, compute, out
         self.ke = -(-emb // PMAX)  # E-chunks on the partitions of the score matmul
+        self.resident = False  # K^T and V loaded once per head (_emit_resident)
 
 
 def _emit_rows(kernel: Kernel, d: _Dims, keys: int, first: str, later: str) -> str:
@@ -144,6 +183,23 @@ def _emit_step(kernel: Kernel, op: Op, d: _Dims, first: bool, only: bool) -> str
     """
     fn = kernel.names.fresh("attention_first" if first else "attention_step")
     blk = Block(depth=1)
+    if d.resident:
+        blk.comment("K^T and V are resident: this tile's keys are columns k0..k0+st of K^T "
+                    f"and V's blocks k0 // {PMAX} on")
+        blk.line(f"k_t = k_v[0:{PMAX}, 0:{d.ke}, nl.ds(k0, st)]")
+        blk.line(f"v_sb = v_v[0:{PMAX}, nl.ds(k0 // {PMAX}, (st + {PMAX - 1}) // {PMAX}), "
+                 f"0:{d.ev}]")
+    else:
+        _emit_kv_tile(blk, d)
+    _emit_scores(blk, op, d, first, only)
+    kernel.helpers.append([f"def {fn}(q_t, k_v, v_v, neg_m, l, o, g, p, k0, st):",
+                           '    """Keys k0..k0+st of head g for the resident query rows."""',
+                           *blk.lines])
+    return fn
+
+
+def _emit_kv_tile(blk: Block, d: _Dims) -> None:
+    """Streamed form: this key tile's K rows transposed, V's rows loaded."""
     cd = d.compute
     blk.comment("K's rows transposed on the PE into [E-chunk, keys] (moving operands); "
                 "V's rows as they are")
@@ -160,6 +216,11 @@ def _emit_step(kernel: Kernel, op: Op, d: _Dims, first: bool, only: bool) -> str
         blk.line(f"    nisa.tensor_copy(dst=k_t[0:{ew}, {e}, nl.ds(c * {PMAX}, w)], src=kt_ps)")
     blk.line(f"    nisa.dma_copy(dst=v_sb[0:w, c, 0:{d.ev}], "
              f"src=v_v[g, nl.ds(k0 + c * {PMAX}, w), 0:{d.ev}])")
+
+
+def _emit_scores(blk: Block, op: Op, d: _Dims, first: bool, only: bool) -> None:
+    """Scores, softmax statistics and P V of one key tile (k_t and v_sb in place)."""
+    cd = d.compute
     blk.comment(f"{op.origin}: scores S = (scale Q) K^T, contracted over E on the partitions "
                 "(fp32 PSUM)")
     blk.line("s_ps = nl.ndarray((p, st), dtype=nl.float32, buffer=nl.psum)")
@@ -217,7 +278,3 @@ def _emit_step(kernel: Kernel, op: Op, d: _Dims, first: bool, only: bool) -> str
         else:
             blk.line(f"nisa.scalar_tensor_tensor(dst=o[0:p, {cols}], data=o[0:p, {cols}], "
                      "op0=nl.multiply, operand0=alpha, op1=nl.add, operand1=pv_ps)")
-    kernel.helpers.append([f"def {fn}(q_t, k_v, v_v, neg_m, l, o, g, p, k0, st):",
-                           '    """Keys k0..k0+st of head g for the resident query rows."""',
-                           *blk.lines])
-    return fn
