@@ -38,6 +38,7 @@ class Stage:
     reads: tuple[str, ...]  # HBM scratch (or output) tensors of earlier stages it reads
     writes: tuple[Output, ...]  # what it stores: scratch tensors or the kernel's outputs
     scratch: tuple[Output, ...] = ()  # the writes that are HBM scratch, allocated before it
+    views: tuple[tuple[str, str], ...] = ()  # (variable, reshape of an earlier stage's tensor)
 
     def summary(self) -> str:
         origins = list(dict.fromkeys(op.origin or op.op for op in self.graph.ops))
@@ -81,6 +82,8 @@ class Scheduler:
         self.sequence = [op for op in graph.ops
                          if op.op not in RELABEL or op.name in self.final]
         self.taken = names.taken
+        self.names = names
+        self.view_vars: dict[str, str] = {}  # a reshape of a computed value -> its variable
 
     def _reshaped(self, name: str) -> str:
         """The computed value `name` is a plain reshape chain of, or `name` itself."""
@@ -109,9 +112,10 @@ class Scheduler:
         made = {op.name for op in ops}
         leaves: dict[str, Leaf] = {}
         body: list[Op] = []
+        views: dict[str, str] = {}
         for op in ops:
-            args = tuple(self._pull(a, made, leaves, body) if isinstance(a, Ref) else a
-                         for a in op.args)
+            args = tuple(self._pull(a, made, (leaves, views), body) if isinstance(a, Ref)
+                         else a for a in op.args)
             body.append(replace(op, args=args))
         needed = {self.base(a.name) for op in later for a in op.args if isinstance(a, Ref)}
         writes = tuple(self._output(op) for op in ops
@@ -120,16 +124,29 @@ class Scheduler:
                     self.graph.constants)
         scratch = tuple(leaf.name for leaf in leaves.values() if leaf.source == "stage")
         allocs = tuple(o for o in writes if o.name not in self.final)
-        return Stage(sub, anchor_of(resolve(sub)), scratch, writes, allocs)
+        return Stage(sub, anchor_of(resolve(sub)), scratch, writes, allocs,
+                     tuple(views.items()))
 
-    def _pull(self, ref: Ref, made: set[str], leaves: dict[str, Leaf], body: list[Op]) -> Ref:
-        """`ref` inside the stage: its own value, a leaf, or a relabel pulled in over one."""
+    def _pull(self, ref: Ref, made: set[str],
+              found: tuple[dict[str, Leaf], dict[str, str]], body: list[Op]) -> Ref:
+        """`ref` inside the stage: its own value, a leaf, a reshape of an earlier stage's
+        tensor (a leaf of its own, so an anchor that wants its input whole gets it), or a
+        relabel pulled in over one."""
+        leaves, views = found
         name = ref.name
         if name in made or any(op.name == name for op in body):
             return ref
         op = self.graph.op(name)
+        base = self._reshaped(name) if op is not None and op.op == "view" else name
+        if base != name and self.graph.op(base) is not None and base not in made and (
+                name not in self.final):
+            assert op is not None
+            var = self.view_vars.setdefault(name, self.names.fresh(f"{self.homes[base]}_as"))
+            views[var] = f"{self.homes[base]}.reshape({op.shape or (1,)!r})"
+            leaves.setdefault(var, Leaf(var, op.shape, op.dtype, "stage", name))
+            return Ref(var)
         if op is not None and op.op in RELABEL and name not in self.final:
-            args = tuple(self._pull(a, made, leaves, body) if isinstance(a, Ref) else a
+            args = tuple(self._pull(a, made, found, body) if isinstance(a, Ref) else a
                          for a in op.args)
             body.append(replace(op, args=args))
             return ref
@@ -231,6 +248,8 @@ def emit_stages(sched: Scheduler, stages: Sequence[Stage], kernel: Kernel) -> No
         for out in stage.scratch:
             body.line(f"{out.var} = nl.ndarray({out.shape or (1,)!r}, "
                       f"dtype={nl_dtype(out.dtype)}, buffer=nl.hbm)")
+        for var, definition in stage.views:
+            body.line(f"{var} = {definition}")
         # each stage places its own views: a leaf may be tiled differently by another stage
         kernel.leaf_views, kernel.hbm_views = {}, {}
         kernel.names.taken |= {leaf.name for leaf in stage.graph.leaves}

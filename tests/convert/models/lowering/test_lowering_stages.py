@@ -50,6 +50,10 @@ COMPOSED = {
     "mlp_and_its_input": ("(self.l2(torch.relu(self.l1(x))), x.view(48, 128))", "x",
                           "        self.l1 = nn.Linear(64, 128)\n"
                           "        self.l2 = nn.Linear(128, 32)", [(96, 64)]),
+    # the pool reads a reshape of the matmul's scratch: a leaf of its own (it wants its
+    # input whole; "pooling of a view of an input" before)
+    "matmul_then_pool_of_a_view": ("F.avg_pool1d(self.l(x).unsqueeze(1), 4) * 2", "x",
+                                   "        self.l = nn.Linear(32, 64)", [(16, 32)]),
     "two_branches": ("self.a(x).sum(-1, keepdim=True) + self.b(x)", "x",
                      "        self.a = nn.Linear(32, 64)\n"
                      "        self.b = nn.Linear(32, 1)", [(50, 32)]),
