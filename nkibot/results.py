@@ -76,6 +76,15 @@ class TrialStats(BaseModel):
     #: compared within twice the reference's own fp32 error, wider than the tolerance
     #: (a stress trial whose output cancels to near zero; see `verify.stats`)
     ill_conditioned: bool = False
+    #: mean signed error over the compared elements (a systematic bias shows here)
+    bias: float = 0.0
+    #: the most mean abs error the output's scale allows (None: not checked, see
+    #: `verify.stats.aggregate_limit`); `aggregate_ok` says whether it held
+    aggregate_limit: float | None = None
+    aggregate_ok: bool = True
+    #: elements left out because the reference is NaN there on a special-values trial:
+    #: that input is outside the operator's domain
+    out_of_domain: int = 0
 
 
 def worst_error(trials: list[TrialStats]) -> str:

@@ -62,7 +62,7 @@ def tolerance(task: Task, reference: ReferenceSet, output_dtype: str) -> Toleran
 
 def judge(task: Task, reference: ReferenceSet, run: KernelRun) -> Judgement:
     trials: list[TrialStats] = []
-    reasons: list[str] = []
+    reasons: list[str] = broken_reference(reference)
     notes: list[Diagnostic] = []
     for t, outputs in enumerate(run.outputs):
         ref = reference.trials[t]
@@ -101,6 +101,22 @@ def judge(task: Task, reference: ReferenceSet, run: KernelRun) -> Judgement:
     if notes and reasons:
         reasons.append("reference:near-constant (compared relatively)")
     return Judgement(trials=trials, reasons=reasons, diagnostics=notes)
+
+
+def broken_reference(reference: ReferenceSet) -> list[str]:
+    """Outputs the reference never gives a finite value for, on any trial.
+
+    NaN matches NaN, and the outputs-constant guard sees no change between all-NaN trials,
+    so against such a reference a kernel returning NaN would "verify". It proves nothing:
+    the reference itself is broken, and the verdict says so."""
+    broken = []
+    for k in range(reference.output_count):
+        if not any(k < len(t.expected) and np.isfinite(reference.expected(i, k)).any()
+                   for i, t in enumerate(reference.trials)):
+            broken.append(f"reference:broken output {k} is NaN or infinite everywhere on "
+                          f"every trial ({len(reference.trials)}): the reference itself is "
+                          "broken, so matching it proves nothing")
+    return broken
 
 
 def _guards(reference: ReferenceSet, run: KernelRun, trials: list[TrialStats]) -> list[str]:

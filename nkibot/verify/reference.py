@@ -6,9 +6,11 @@ with the expected outputs (read only by the parent, never in a kernel child's vi
 Close it, or use it as a context manager; a finalizer removes the directories.
 
 Trials: one per `task.seeds` entry ("normal"), then stress trials: large magnitude
-(x10, random signs), offsets (x + 100, x - 100) and an overflow scale per dtype (values
+(x10, random signs), offsets (x + 100, x - 100), an overflow scale per dtype (values
 reaching twice the point where `exp` overflows in the input dtype, where a softmax
-without max-subtraction turns to inf/NaN). Every seed is drawn from `secrets` per
+without max-subtraction turns to inf/NaN), and special values (exact zeros of both
+signs, ties, +-1 and the dtype's edges; `children/stress.py`), where a NaN in the
+reference marks an input outside the operator's domain. Every seed is drawn from `secrets` per
 reference set, so no kernel can know them in advance; they are recorded in each trial
 and hence in the result's TrialStats afterwards. The order the kernel sees trials in is
 shuffled by the backend.
@@ -38,11 +40,13 @@ from nkibot.verify.protocol import (
     LOW_PRECISION,
     NUMPY_DTYPES,
     ArrayFile,
+    BadArrayFile,
     is_float,
     load_array,
     read_plain,
 )
 from nkibot.verify.sandbox import Confinement
+from nkibot.verify.stats import SPECIAL_LABEL
 
 LARGE_SCALE = 10.0
 OFFSET = 100.0
@@ -162,6 +166,8 @@ def trial_plan(task: Task, draw: Any = secrets.randbits) -> list[dict[str, Any]]
     scale = overflow_x(dtypes) / 2
     plan.append({"seed": draw(31), "label": f"overflow scale x{scale:.3g}", "kind": "scale",
                  "value": scale})
+    # Last, so that a reference refusing special values drops it without renumbering.
+    plan.append({"seed": draw(31), "label": SPECIAL_LABEL, "kind": "special"})
     return plan
 
 
@@ -194,11 +200,7 @@ def compute_reference(task: Task, *, timeout_s: float = 120.0,
         if reply.response is None or not reply.response.get("ok"):
             raise ReferenceRunError(f"{task.entry_point}: " + explain(
                 reply.failure(), memory_mb, Limits.fsize_mb))
-        _seal(root, expected_root)
-        trials = [_trial(i, t, root / "inputs", expected_root)
-                  for i, t in enumerate(reply.response["trials"])]
-        state = [_own(root / "state", f"state{i}.npy", d)
-                 for i, d in enumerate(reply.response["state"])]
+        trials, state = _read_back(task, reply.response, root, expected_root)
     except BaseException:
         _remove(root, expected_root)
         raise
@@ -207,6 +209,28 @@ def compute_reference(task: Task, *, timeout_s: float = 120.0,
         low_precision=any(s.dtype in LOW_PRECISION for s in task.inputs),
         isolation=list(reply.outcome.isolation), seconds=reply.outcome.seconds,
         flops=_flops(reply.response["trials"]))
+
+
+def _read_back(task: Task, response: dict[str, Any], root: Path,
+               expected_root: Path) -> tuple[list[ReferenceTrial], list[ArrayFile]]:
+    """The trials and state the child wrote, each file checked as a plain array.
+
+    A file that is not one (a FIFO, a link, a pickle, a truncated header), or a reply that
+    does not describe them, ends in ReferenceRunError naming the cause: a refusal, never
+    an uncaught BadArrayFile or OSError."""
+    try:
+        _seal(root, expected_root)
+        trials = [_trial(i, t, root / "inputs", expected_root)
+                  for i, t in enumerate(response["trials"])]
+        state = [_own(root / "state", f"state{i}.npy", d)
+                 for i, d in enumerate(response["state"])]
+    except (BadArrayFile, OSError) as exc:
+        raise ReferenceRunError(f"{task.entry_point}: the reference child's output was "
+                                f"refused: {exc}") from exc
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReferenceRunError(f"{task.entry_point}: the reference child's reply does not "
+                                f"describe its outputs ({type(exc).__name__}: {exc})") from exc
+    return trials, state
 
 
 def _flops(trials: list[Any]) -> float | None:

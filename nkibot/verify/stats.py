@@ -13,6 +13,21 @@ The reference is an fp32 run; its own error against a float64 run of the same mo
 (`Expected.ref_error`) bounds what fp32 arithmetic can reach: an element within twice that
 of the reference matches too (a matmul over thousands of offset terms is several ulps off
 in any summation order, more than a relative atol of its small spread).
+
+A low-precision output (bf16, fp16, fp8) cannot be closer to the fp32 reference than its
+own rounding: an element within one ulp of the output dtype at the reference's magnitude
+matches on every trial (a correct bf16 GEMM at offset +100 gives outputs near 1e7, where a
+bf16 ulp is 65536, while the near-constant comparison alone allowed a few hundred).
+
+Per element, `atol` is absolute: a kernel that adds a constant just under it to every
+element of a softmax passes each element while its rows sum to 1.58. So the errors are
+also judged in aggregate, relative to the output's scale (`aggregate_limit`): the mean
+absolute error must stay within `rtol` times the reference's RMS (plus the reference's own
+error and one output ulp), which catches a bias or noise that is small per element but
+large against what the output holds.
+
+On a special-values trial (exact zeros, -0.0, ties, dtype edges) a NaN in the reference
+marks an input outside the operator's domain: that element is not compared.
 """
 
 from __future__ import annotations
@@ -24,7 +39,7 @@ import numpy as np
 
 from nkibot.results import TrialStats, WorstElement
 from nkibot.task import Tolerance
-from nkibot.verify.protocol import is_float
+from nkibot.verify.protocol import NUMPY_DTYPES, is_float
 
 WORST = 5
 #: The relative comparison of a near-constant reference allows at least this many ulps of
@@ -33,6 +48,13 @@ WORST = 5
 #: order, while returning the constant misses by the reference's whole spread.
 ULP_FLOOR = 16
 _EXACT = Tolerance(atol=0.0, rtol=0.0)
+#: Explicit mantissa bits of the low-precision output dtypes (fp32's ulp is left out: it
+#: is far below any tolerance).
+_MANTISSA = {"bfloat16": 7, "float16": 10, "float8_e4m3": 3, "float8_e5m2": 2}
+#: The aggregate check needs enough elements for a mean to mean something; a scalar
+#: output is judged per element only.
+AGGREGATE_MIN = 32
+SPECIAL_LABEL = "special values"
 # 64-bit outputs have no NKI dtype; the kernel returns the 32-bit one.
 _ACCEPTED = {"float64": {"float64", "float32"}, "int64": {"int64", "int32"}}
 
@@ -114,6 +136,9 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
         err = np.abs(a - e)
         both_nan = np.isnan(a) & np.isnan(e)
         same_inf = np.isinf(e) & (a == e)
+        # outside the operator's domain: the reference itself has no value there
+        outside = np.isnan(e) if exp.label.startswith(SPECIAL_LABEL) else np.zeros_like(
+            both_nan)
         # an element within twice the reference's own rounding error of it also matches: a
         # kernel as accurate as the fp32 reference can be that far from it
         slack, ill = _slack(exp, e, tol)
@@ -121,15 +146,24 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
             label = (f"{label}, reference ill-conditioned: its own fp32 error "
                      f"{exp.ref_error:.3g} exceeds the tolerance, compared within twice "
                      "that").lstrip(", ")
-        ok = (err <= tol.atol + tol.rtol * np.abs(e - centre)) | (err <= slack) | both_nan | (
-            same_inf)
-        err = np.where(both_nan | same_inf, 0.0, err)
+        ulp = output_ulp(e, exp.dtype)
+        ok = (err <= tol.atol + tol.rtol * np.abs(e - centre)) | (err <= slack) | (
+            err <= ulp) | both_nan | same_inf | outside
+        err = np.where(both_nan | same_inf | outside, 0.0, err)
         err = np.where(np.isnan(err), np.inf, err)
         rel = err / np.maximum(np.abs(e), tol.atol if tol.atol > 0 else 1e-12)
+        signed = a - e
+    compared = np.isfinite(e) & np.isfinite(signed) & ~outside
+    limit = None if flagged is not None else aggregate_limit(e[compared], tol, slack,
+                                                             exp.dtype)
+    bias = float(np.mean(signed[compared])) if compared.any() else 0.0
+    aggregate_ok = limit is None or float(np.mean(err[compared])) <= limit
     mismatched = int(np.count_nonzero(~ok))
     return base.model_copy(update={
         "label": label,
-        "passed": mismatched == 0 and base.dtype_ok,
+        "passed": mismatched == 0 and base.dtype_ok and aggregate_ok,
+        "bias": bias, "aggregate_limit": limit, "aggregate_ok": aggregate_ok,
+        "out_of_domain": int(np.count_nonzero(outside)),
         "atol": tol.atol,
         "max_abs_error": _finite_max(err),
         "max_rel_error": _finite_max(rel),
@@ -140,6 +174,35 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
         "inf_count": int(np.count_nonzero(np.isinf(a))),
         "worst": _worst(err, e, a, ok),
     })
+
+
+def output_ulp(e: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any] | float:
+    """One ulp of the low-precision output dtype at each reference value (0.0 for fp32 and
+    wider): how far an honest kernel's output can be from the fp32 reference by its own
+    rounding alone."""
+    bits = _MANTISSA.get(dtype)
+    if bits is None:
+        return 0.0
+    tiny = float(np.finfo(NUMPY_DTYPES[dtype]).tiny)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ulp: np.ndarray[Any, Any] = np.exp2(np.floor(np.log2(np.maximum(np.abs(e), tiny)))
+                                            - bits)
+    return ulp
+
+
+def aggregate_limit(e: np.ndarray[Any, Any], tol: Tolerance, slack: float,
+                    dtype: str) -> float | None:
+    """The most mean abs error the output's scale allows, or None when not checked (too
+    few elements, or an exact comparison).
+
+    `rtol` times the reference's RMS: `atol` is deliberately absent, since per element it
+    is what a bias hides under. Twice the reference's own error (`slack`) and one output
+    ulp at the RMS are added, so a kernel as accurate as the reference, rounded to its
+    output dtype, always passes."""
+    if e.size < AGGREGATE_MIN or (tol.atol <= 0 and tol.rtol <= 0):
+        return None
+    scale = float(np.sqrt(np.mean(np.square(e))))
+    return tol.rtol * scale + slack + float(np.max(output_ulp(np.array([scale]), dtype)))
 
 
 def _slack(exp: Expected, e: np.ndarray[Any, Any], tol: Tolerance) -> tuple[float, bool]:
@@ -226,6 +289,12 @@ def mismatch_reason(stats: TrialStats) -> str:
                 f"got {stats.actual_shape}")
     if not stats.dtype_ok:
         return f"numeric:dtype {where}: expected {stats.expected_dtype}, got {stats.actual_dtype}"
+    if not stats.aggregate_ok and stats.mismatched == 0:
+        return (f"numeric:aggregate {where} ({stats.label}): every element is within "
+                f"tolerance, but the mean abs error {stats.mean_abs_error:.3g} (bias "
+                f"{stats.bias:+.3g}) is more than the output's scale allows "
+                f"({stats.aggregate_limit or 0.0:.3g}: rtol={stats.rtol:.3g} times its RMS): "
+                "a systematic error that is small per element but large in aggregate")
     at = f" at {stats.worst[0].index}" if stats.worst else ""
     return (f"numeric:mismatch {where} ({stats.label}): {stats.mismatched}/{stats.total} "
             f"elements outside atol={stats.atol:.3g} rtol={stats.rtol:.3g}, max abs error "

@@ -9,7 +9,13 @@ import pytest
 
 from nkibot.convert.taskload import load_task
 from nkibot.task import Task
-from nkibot.verify.reference import ReferenceRunError, compute_reference, harness_env
+from nkibot.verify.children.torch_side import TORCH_DTYPES
+from nkibot.verify.reference import (
+    ReferenceRunError,
+    compute_reference,
+    harness_env,
+    trial_plan,
+)
 
 TRITON_ADD = Path(__file__).resolve().parents[1] / "fixtures" / "triton" / "add.py"
 
@@ -29,12 +35,45 @@ class TestHarnessEnv:
             "TRITON_INTERPRET": "1"}
 
 
+class TestSpecialValues:
+    def test_plan_ends_with_the_special_values_trial(self) -> None:
+        """Every plan ends with the special-values trial (last, so dropping it renumbers
+        nothing)."""
+        plan = trial_plan(Task(reference_source="", entry_point="f"))
+        assert plan[-1]["kind"] == "special" and plan[-1]["label"] == "special values"
+        assert sum(step["kind"] == "special" for step in plan) == 1
+
+    @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+    def test_inputs_hold_zeros_of_both_signs_ties_and_edges(self, dtype: str) -> None:
+        """A special trial's float input holds +0.0 and -0.0, +-1, the dtype's smallest
+        normal and its largest safe power of two, and ties; integers are left alone."""
+        import torch
+
+        from nkibot.verify.children.stress import special_values, transform
+
+        t = TORCH_DTYPES[dtype]
+        x = torch.randn(64, 64).to(t)
+        ints = torch.arange(16)
+        got, same = transform([x, ints], 7, "special", 0.0)
+        assert got.dtype == t and same is ints
+        flat = got.float().flatten()
+        zeros = flat[flat == 0]
+        assert bool(torch.signbit(zeros).any()) and bool((~torch.signbit(zeros)).any())
+        for v in special_values(t).tolist():
+            assert bool((flat == v).any()), v
+        assert int((flat[1:] == flat[:-1]).sum()) > 64 * 64 // 16  # ties with a neighbour
+        big = float(special_values(t).max())
+        assert torch.isfinite(torch.tensor(big, dtype=t) ** 4)
+        assert torch.equal(transform([x], 7, "special", 0.0)[0], got)  # seeded
+
+
 class TestTritonReference:
     def test_launcher_outputs_equal_x_plus_y(self) -> None:
         """Each trial's expected output, from Triton's CPU interpreter, is x + y exactly."""
         task = _triton_task()
         with compute_reference(task, timeout_s=120.0) as ref:
-            assert len(ref.trials) == 6  # two seeds, large magnitude, offsets, overflow
+            # two seeds, large magnitude, offsets, overflow, special values
+            assert len(ref.trials) == 7 and ref.trials[-1].label == "special values"
             for t in range(len(ref.trials)):
                 x, y = ref.inputs(t)
                 assert x.shape == (256, 64) and not np.array_equal(x, y)

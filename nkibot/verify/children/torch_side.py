@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nkibot.verify.children.stress import transform
 from nkibot.verify.protocol import LOW_PRECISION, NUMPY_DTYPES, save_array
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -165,25 +166,6 @@ def _trial_inputs(get_inputs: Any, specs: list[dict[str, Any]], seed: int) -> li
     return out
 
 
-def _transform(inputs: list[Any], seed: int, kind: str | None, value: float) -> list[Any]:
-    """A stress trial's inputs: floats scaled with random signs ("scale"), or shifted
-    ("offset"); integer and boolean inputs, and Python scalars (compile-time constants),
-    are left alone."""
-    if kind is None:
-        return inputs
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for t in inputs:
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-            out.append(t)
-        elif kind == "scale":
-            signs = torch.where(torch.rand(t.shape, generator=gen) < 0.5, -1.0, 1.0)
-            out.append((t.float() * signs * value).to(t.dtype))
-        else:
-            out.append((t.float() + value).to(t.dtype))
-    return out
-
-
 def _flatten(result: Any) -> list[torch.Tensor]:
     items = list(result) if isinstance(result, tuple | list) else [result]
     for i, item in enumerate(items):
@@ -220,12 +202,19 @@ def reference(request: dict[str, Any]) -> dict[str, Any]:
     trials = []
     for t, step in enumerate(request["plan"]):
         seed, label = int(step["seed"]), str(step["label"])
-        inputs = _transform(_trial_inputs(get_inputs, specs, seed), seed, step.get("kind"),
-                            float(step.get("value", 0.0)))
+        inputs = transform(_trial_inputs(get_inputs, specs, seed), seed, step.get("kind"),
+                           float(step.get("value", 0.0)))
         try:
             trials.append(_one_trial(request, t, seed, label, inputs, model, native_model, low))
         except ReferenceProblem as exc:
             return {"ok": False, "error": {"type": "ReferenceProblem", "message": str(exc)}}
+        except Exception:
+            if step.get("kind") != "special":
+                raise
+            # A reference that refuses special values (a check on its inputs) has said
+            # where its domain ends: the trial is dropped. It is the plan's last, so no
+            # other trial's files are renumbered.
+            break
     return {"ok": True, "state": state, "trials": trials}
 
 
