@@ -132,9 +132,9 @@ def optimize_table(result: ConversionResult) -> str:
     for s in result.optimize_chain:
         t = "-" if s.time_us is None else f"{s.time_us:.1f}"
         verified = {True: "yes", False: "no", None: "not run"}[s.verified]
-        kept = "yes" if s.kept else f"no: {s.reason}"
+        kept = (f"yes ({s.reason})" if s.reason else "yes") if s.kept else f"no: {s.reason}"
         rows.append(f"| {s.turn} | {t} | {s.change.replace('|', '/')} | {verified} "
-                    f"| {kept} |")
+                    f"| {kept.replace('|', '/')} |")
     sources = sorted({s.source for s in result.optimize_chain if s.source})
     return "\n".join(rows) + (f"\n\nTimes: {'; '.join(sources)}." if sources else "")
 

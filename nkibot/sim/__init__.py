@@ -103,10 +103,30 @@ nisa (nki.isa), dst first, `op`s are nl functions or numpy ufuncs:
 
 from __future__ import annotations
 
-from nkibot.sim.errors import ConstraintError, KernelError, SimError
-from nkibot.sim.runtime import Kernel, activate, jit, run, simulate, stats
-from nkibot.sim.storage import MemoryRegion
-from nkibot.sim.tensor import NkiTensor
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nkibot.sim.errors import ConstraintError, KernelError, SimError
+    from nkibot.sim.runtime import Kernel, activate, jit, run, simulate, stats
+    from nkibot.sim.storage import MemoryRegion
+    from nkibot.sim.tensor import NkiTensor
+
+# Loaded on first use, so that `nkibot.sim.cost.constants` / `.quick` (the lowering's
+# figures) import without the simulator (NumPy, ml_dtypes, the nki namespaces).
+_LAZY = {"ConstraintError": "errors", "KernelError": "errors", "SimError": "errors",
+         "Kernel": "runtime", "activate": "runtime", "jit": "runtime", "run": "runtime",
+         "simulate": "runtime", "stats": "runtime", "MemoryRegion": "storage",
+         "NkiTensor": "tensor"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nkibot.sim' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"nkibot.sim.{module}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "ConstraintError",

@@ -72,6 +72,9 @@ def allocate(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str 
     t = NkiTensor(new_allocation(arr, reg, tracker, nbytes, state, st.launch), dt, reg, name)
     if tracker is not None:
         st.sites[site] = (st.loop_epoch, weakref.ref(t))
+        if st.cost is not None:  # the cost model's allocator (nkibot/sim/cost/liveness.py)
+            st.cost.allocated(handle(t).alloc, site, nbytes, reg is MemoryRegion.psum,
+                              shp[0], name)
     if reg is MemoryRegion.shared_hbm:
         st.shared.append(t)  # the other logical cores' same allocation reuses it
         st.shared_cursor += 1

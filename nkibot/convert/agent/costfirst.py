@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from nkibot.backends.base import KernelBackend
 from nkibot.results import ProfileResult
+from nkibot.sim.cost.explain import allocation
 from nkibot.task import Task
 
 #: The cost model's tie band: differences under 5 % are ties, as in its calibration
@@ -60,7 +61,7 @@ def breakdown(profile: ProfileResult) -> str:
             f"DMA: {m.get('dma_transfers')} transfers, {m.get('dma_bytes')} bytes, "
             f"efficiency {m.get('dma_efficiency')}. Roofline fraction "
             f"{m.get('roofline_fraction')} ({m.get('roofline_bound')}-bound). "
-            f"Heaviest instructions: {ops}.")
+            f"Heaviest instructions: {ops}.{allocation(m)}")
 
 
 @dataclass(frozen=True)

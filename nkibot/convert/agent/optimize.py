@@ -19,6 +19,7 @@ from nkibot.convert.agent.session import Session
 from nkibot.convert.agent.tools import ToolOutcome
 from nkibot.convert.models.base import Message
 from nkibot.results import OptimizeStep, ProfileResult
+from nkibot.sim.cost.explain import why_faster
 
 
 def timing(profile: ProfileResult) -> tuple[float, str] | None:
@@ -132,7 +133,8 @@ async def _turns(state: Session, backend: KernelBackend, costs: Costs, gate: Mod
         state.best = kept_best  # only a faster verified kernel replaces it, below
         state.conversation.messages.append(answer)
         state.finish_turn(turn, reply, outcomes)
-        step, note, new = await _judge(state, backend, costs, outcomes, best_us, reply.text)
+        step, note, new = await _judge(state, backend, costs, outcomes, (best_us, profile),
+                                       reply.text)
         chain.append(step)
         spent += 0 if deterministic and _skipped(outcomes) is not None else 1
         if new is not None:
@@ -142,9 +144,10 @@ async def _turns(state: Session, backend: KernelBackend, costs: Costs, gate: Mod
 
 
 async def _judge(state: Session, backend: KernelBackend, costs: Costs,
-                 outcomes: list[ToolOutcome], best_us: float, text: str
+                 outcomes: list[ToolOutcome], best: tuple[float, ProfileResult], text: str
                  ) -> tuple[OptimizeStep, str, tuple[ToolOutcome, float, str,
                                                      ProfileResult] | None]:
+    best_us, best_profile = best
     change, number = _change(text), state.budget_turns
     cand = _verified(outcomes)
     skipped = _skipped(outcomes)
@@ -169,6 +172,8 @@ async def _judge(state: Session, backend: KernelBackend, costs: Costs,
         step.reason = f"not faster: {us:.1f} us vs {best_us:.1f} us"
         return step, f"Your last candidate verified but was {step.reason}. ", None
     step.kept = True
+    if best_profile.model and profile.model:  # the model's own account of the gain
+        step.reason = f"faster: {why_faster(best_profile.model, profile.model)}"
     return step, f"Your last candidate was kept ({best_us:.1f} -> {us:.1f} us). ", (
         cand, us, source, profile)
 

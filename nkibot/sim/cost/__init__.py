@@ -7,7 +7,9 @@ and writes; `schedule.Recorder` puts it on its engine's timeline (or the DMA que
 after the tiles it depends on. Figures come from `constants.py`, each citing its source.
 See docs/cost-model.md. Every figure is a "model estimate (<target>), not a measurement".
 
-Stable API (used by the lowering to pick tilings)::
+Without loading the simulator: `constants` (the documented figures per generation) and
+`quick` (closed-form estimates of one instruction or transfer, for the lowering's
+choosers). Stable API (used by the lowering to pick tilings)::
 
     from nkibot.sim.cost import estimate
     rep = estimate(kernel, a, b, target="trn1")          # arrays, or shapes:
@@ -21,62 +23,32 @@ evaluated in seconds. Pass `numerics=True` to also compute the matmuls.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from nkibot.sim import dtypes
+from nkibot.sim.cost import quick
 from nkibot.sim.cost.constants import TARGETS, Ranged, Target, target
-from nkibot.sim.cost.model import Knobs
-from nkibot.sim.cost.report import CostReport, build, label
-from nkibot.sim.cost.schedule import Recorder
+
+if TYPE_CHECKING:
+    from nkibot.sim.cost.launch import estimate, measure
+    from nkibot.sim.cost.model import Knobs
+    from nkibot.sim.cost.report import CostReport, label
+    from nkibot.sim.cost.schedule import Recorder
 
 __all__ = ["TARGETS", "CostReport", "Knobs", "Ranged", "Recorder", "Target", "estimate",
-           "label", "measure", "target"]
+           "label", "measure", "quick", "target"]
 
-Shape = tuple[tuple[int, ...], Any]
-
-
-def _array(spec: Any) -> Any:
-    """An input: an array as given, or zeros for a `(shape, dtype)` pair."""
-    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], tuple | list):
-        return np.zeros(tuple(spec[0]), dtypes.normalize(spec[1]))
-    return spec
+# The figures (constants, quick) import eagerly and load no simulator; the rest loads on
+# first use (the lowering's choosers import this package in children that must stay light).
+_LAZY = {"estimate": "launch", "measure": "launch", "Knobs": "model",
+         "CostReport": "report", "label": "report", "Recorder": "schedule"}
 
 
-def _nbytes(value: Any) -> int:
-    if isinstance(value, tuple | list):
-        return sum(_nbytes(v) for v in value)
-    return int(getattr(value, "nbytes", 0))
+def __getattr__(name: str) -> Any:
+    import importlib
 
-
-def measure(run: Callable[[Recorder], Any], args: tuple[Any, ...], target_name: str = "trn1",
-            knobs: Knobs | None = None, cost_only: bool = True) -> tuple[Any, CostReport]:
-    """Run `run(recorder)` (a launch fed to the recorder) and report on it.
-
-    `args` are the launch's HBM inputs; with the outputs they make the roofline's
-    minimum HBM traffic.
-    """
-    rec = Recorder(target(target_name), knobs)
-    result = run(rec)
-    return result, build(rec, _nbytes(args) + _nbytes(result), cost_only)
-
-
-def estimate(kernel: Any, *arrays_or_shapes: Any, target: str = "trn1",
-             numerics: bool = False, knobs: Knobs | None = None, lnc: int = 1,
-             **kwargs: Any) -> CostReport:
-    """The modelled time of one launch of `kernel` (a `@nki.jit` function or plain one).
-
-    Inputs are NumPy arrays or `(shape, dtype)` pairs (zeros are used). Raises the
-    simulator's `ConstraintError`/`KernelError` when the kernel breaks a hardware rule.
-    """
-    from nkibot.sim.runtime import Kernel, activate, run
-
-    fn = kernel.fn if isinstance(kernel, Kernel) else kernel
-    lnc = kernel.lnc if isinstance(kernel, Kernel) and kernel.lnc > 1 else lnc
-    args = tuple(_array(a) for a in arrays_or_shapes)
-    with activate(force=True, target=target):
-        _, report = measure(lambda rec: run(fn, args, kwargs, lnc, cost=rec, numerics=numerics),
-                            args, target, knobs, cost_only=not numerics)
-    return report
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nkibot.sim.cost' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"nkibot.sim.cost.{module}"), name)
+    globals()[name] = value
+    return value

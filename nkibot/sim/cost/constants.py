@@ -45,6 +45,10 @@ class Target:
     dma_queue_bw: float
     #: Trn1: VectorE/GpSimd share the SBUF port, VectorE/ScalarE the PSUM port.
     shared_ports: bool
+    #: Bytes per partition of SBUF and PSUM (ARCH1:78, ARCH2:39, ARCH3:36 via
+    #: nkibot/sim/targets.py's rules): where live tiles above them are spilled.
+    sbuf_bytes: int = 192 * 1024
+    psum_bytes: int = 16 * 1024
 
 
 #: ARCH1:267 "MM_INIT_LATENCY is 64 TensorE cycles on NeuronCore-v2"; PERF:679 the same.
@@ -79,6 +83,13 @@ DMA_DESCRIPTOR_NS = Ranged(15.0, 15.0, 60.0, "DMA:55-82")
 #: loop of 3-element ops (step 6) was measured 10x faster than the same body in a loop of
 #: 2048 (step 5); any bound from 192 to 6143 separates them, this one has a documented size.
 VECTORIZE_MAX_FREE = 512
+#: Buffers the tiles allocated at one source line (a loop body's tile) rotate through
+#: (liveness.py). MIGRATION:1360-1380: "At the very minimum, only 1 physical tile ... needs
+#: to be alive. Then the execution is completely serialized" and "the compiler could choose
+#: to allocate 2 physical tiles ... then the DMA copy from HBM to SBUF can overlap with the
+#: exponential operation". The count the compiler picks is not documented: 2 is the
+#: guide's example (MIGRATION = nki/migration/index.rst).
+LOOP_BUFFERS = Ranged(2.0, 1.0, 2.0, "MIGRATION:1360-1380")
 
 TRN1 = Target(
     name="trn1",
@@ -98,6 +109,7 @@ TRN2 = Target(
     bf16_tflops=79.0, fp32_tflops=20.0,  # ARCH2:71
     dma_queues=16, dma_queue_bw=23.0,  # DMA:62
     shared_ports=False,  # ARCH2:268-273 "can access SBUF/PSUM in parallel"
+    sbuf_bytes=224 * 1024,  # ARCH2:39 "28 MiB = 128 x 224 KiB"
 )
 TRN3 = Target(
     name="trn3",
@@ -108,6 +120,7 @@ TRN3 = Target(
     bf16_tflops=79.0, fp32_tflops=20.0,  # ARCH3:68
     dma_queues=16, dma_queue_bw=33.0,  # DMA:63
     shared_ports=False,
+    sbuf_bytes=256 * 1024,  # ARCH3:36 "32 MiB"
 )
 TARGETS = {t.name: t for t in (TRN1, TRN2, TRN3)}
 

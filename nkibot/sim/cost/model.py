@@ -39,6 +39,12 @@ class Knobs:
     #: False: no SBUF/PSUM capacity check (a kernel its compiler had to spill still gets
     #: an estimate, without the spill traffic; the calibration bench labels such rows).
     check_capacity: bool = True
+    #: Physical buffers the tiles one source line allocates rotate through (liveness.py);
+    #: the migration guide's example (constants.LOOP_BUFFERS).
+    loop_buffers: float = C.LOOP_BUFFERS.value
+    #: Spill and reload what exceeds a partition's SBUF/PSUM (liveness.py); only a kernel
+    #: run without the simulator's capacity check (`check_capacity=False`) can exceed it.
+    model_spills: bool = True
 
 
 def free_elems(t: NkiTensor) -> int:
@@ -67,7 +73,7 @@ def matmul(target: C.Target, reads: list[NkiTensor], writes: list[NkiTensor],
     if fp32:
         cycles *= target.fp32_matmul_factor
     flops = 0.0
-    if dst is not None and reads and "transpose" not in op:
+    if dst is not None and reads and "transpose" not in op and "broadcast" not in op:
         k = reads[-1].shape[0]
         flops = 2.0 * k * dst.shape[0] * n
     return cycles / target.tensor_ghz, flops, fp32

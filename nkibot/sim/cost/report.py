@@ -34,6 +34,13 @@ class CostReport:
     #: "engine:op" -> (instructions, busy ns), the heaviest first.
     by_op: dict[str, tuple[int, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Bytes saved to HBM (and reloaded) where live tiles exceeded SBUF/PSUM
+    #: (liveness.py), and per tile (name and kernel line) [bytes, spills].
+    spill_bytes: int = 0
+    spilled: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Loop tiles given one buffer instead of two (two would not fit): their iterations
+    #: serialise.
+    single_buffered: list[str] = field(default_factory=list)
 
     @property
     def makespan_us(self) -> float:
@@ -75,6 +82,10 @@ class CostReport:
             "cost_only": self.cost_only,
             "top_ops": [{"op": k, "instructions": n, "busy_us": round(ns / 1000.0, 3)}
                         for k, (n, ns) in list(self.by_op.items())[:6]],
+            "spill_bytes": self.spill_bytes,
+            "spilled": [{"tile": k, "bytes": b, "spills": n}
+                        for k, (b, n) in list(self.spilled.items())[:6]],
+            "single_buffered": self.single_buffered[:6],
         }
 
 
@@ -142,5 +153,23 @@ def build(rec: Recorder, hbm_bytes: int, cost_only: bool) -> CostReport:
         roofline_bound="compute" if fl_ns > mem_ns else "memory", cost_only=cost_only,
         by_op={k: (int(v[0]), float(v[1])) for k, v in
                sorted(rec.by_op.items(), key=lambda kv: -kv[1][1])},
-        notes=[f"dead-code elimination: {rec.eliminated} instruction(s) whose results are "
-               "never read were not costed"] if rec.eliminated else [])
+        notes=_notes(rec), spill_bytes=int(rec.spill_bytes),
+        spilled={k: (int(v[0]), int(v[1])) for k, v in
+                 sorted(rec.spilled.items(), key=lambda kv: -kv[1][0])},
+        single_buffered=list(rec.single))
+
+
+def _notes(rec: Recorder) -> list[str]:
+    notes = []
+    if rec.eliminated:
+        notes.append(f"dead-code elimination: {rec.eliminated} instruction(s) whose results "
+                     "are never read were not costed")
+    if rec.spill_bytes:
+        worst = max(rec.spilled.items(), key=lambda kv: kv[1][0])
+        notes.append(f"spills: {int(rec.spill_bytes)} bytes saved to HBM and reloaded where "
+                     f"live tiles exceed on-chip capacity; most by {worst[0]} "
+                     f"({int(worst[1][0])} bytes, {int(worst[1][1])} spills)")
+    if rec.single:
+        notes.append("single-buffered (two buffers would not fit, iterations serialise): "
+                     + ", ".join(rec.single[:4]))
+    return notes

@@ -15,9 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from nkibot.sim.cost import allocator
 from nkibot.sim.cost import constants as C
 from nkibot.sim.cost import model as M
 from nkibot.sim.cost.deadcode import Item, live
+from nkibot.sim.cost.liveness import WHOLE as _WHOLE
+from nkibot.sim.cost.liveness import Alloc
 from nkibot.sim.cost.timeline import Pool, Timeline, earliest
 from nkibot.sim.cost.vectorize import Member, Vectorizer
 from nkibot.sim.storage import handle
@@ -122,6 +125,15 @@ class Recorder:
         self._queue: list[Item] = []
         self._stateful = False
         self.vec = Vectorizer(self._issue, C.VECTORIZE_MAX_FREE, self.knobs.loop_vectorize)
+        #: On-chip allocations announced since the last `finish` (liveness.py), each
+        #: site's rotating buffers, and what was spilled: "tile" -> [bytes, times].
+        self._allocs: list[Alloc] = []
+        self.slots: dict[tuple[Any, ...], list[Any]] = {}
+        self.placed = 0
+        self.spill_bytes = 0.0
+        self.spilled: dict[str, list[float]] = {}
+        #: Loop tiles given one buffer, not `Knobs.loop_buffers`: both would not fit.
+        self.single: list[str] = []
 
     # ---- affine loops (the legacy compiler's loop vectorization, vectorize.py) --------
     def loop_enter(self, trip: int) -> None:
@@ -154,6 +166,14 @@ class Recorder:
         self.pid = pid
 
     # ---- the hook ---------------------------------------------------------------------
+    def allocated(self, alloc: Any, site: tuple[str, int], nbytes: int, psum: bool,
+                  parts: int, name: str) -> None:
+        """The simulator made an on-chip allocation at kernel line `site` (`nbytes` per
+        partition): its liveness, rotation and spills are modelled (liveness.py)."""
+        tile = _Tile(alloc.base, True)
+        alloc.cost = (self.core, tile)
+        self._allocs.append(Alloc((self.core, *site), nbytes, parts, psum, name, tile.entries))
+
     def begin(self, op: str, reads: list[NkiTensor], writes: list[NkiTensor],
               stateful: bool = False) -> None:
         """An instruction starts; `stateful`: it also reads or writes state the hook does
@@ -181,7 +201,9 @@ class Recorder:
                 writes = [*writes, t]
         for engine, _ in self._pending:
             self.issue(engine, self._op, self._reads, writes, self._stateful)
-        self._pending = []
+        # drop the operands: a list holding a tile keeps the simulator from recycling it
+        # (alloc.supersede), which would make a run with the model on refuse a kernel
+        self._pending, self._reads, self._writes = [], [], []
 
     # ---- scheduling -------------------------------------------------------------------
     def _access(self, reads: list[NkiTensor], writes: list[NkiTensor]) -> list[Access]:
@@ -200,17 +222,42 @@ class Recorder:
                 if geom is None or geom[0] is not core:
                     geom = h.cost = self._geometry(t, h)
                 out.append((geom[1], geom[2], is_write, geom[5]))
+                if geom[6] is not None and not is_write:
+                    out.append(self._broadcast(t, geom))
         return out
+
+    def _broadcast(self, t: NkiTensor, geom: list[Any]) -> Access:
+        """A read of a view that broadcasts one partition to many (`tile.broadcast_to`).
+
+        ARCH1:201-203: "NKI invokes such matmul under the hood when
+        broadcast_input.broadcast_to((M, ...)) is called", the same TensorE matmul as
+        `nl.broadcast_to` (`issue`). So the view costs one matmul, charged once per view
+        (its first reader; later readers of the same view reuse the result), and its
+        readers wait for it: the returned access reads the matmul's result.
+        """
+        result = geom[6]
+        if not result[1]:
+            result[1] = True
+            src = (geom[1], geom[2], False, True)
+            dst = (result[0], _WHOLE, True, True)
+            self._queue.append(("tensor", "broadcast_to", [[src, dst]],
+                                M.matmul(self.target, [t], [t], "broadcast_to"), False))
+        return (result[0], _WHOLE, False, True)
 
     def _geometry(self, t: NkiTensor, h: Any) -> list[Any]:
         """[this core, the tile's entries, the view's region, its contiguous run (0: not
-        computed yet), its `model.operand` facts (None: not yet), on chip]."""
+        computed yet), its `model.operand` facts (None: not yet), on chip, a partition
+        broadcast view's matmul record (`_broadcast`; None: not one)]."""
         alloc = h.alloc
         kept = alloc.cost  # (core, _Tile): the allocation's record on this core
         if kept is None or kept[0] is not self.core:
             kept = alloc.cost = (self.core, _Tile(alloc.base, t.buffer in ON_CHIP))
         tile = kept[1]
-        return [self.core, tile.entries, tile.region(h.arr), 0, None, tile.on_chip]
+        arr = h.arr
+        # a partition broadcast view: [its matmul result's entries, charged yet]
+        bcast: list[Any] | None = ([[], False] if (tile.on_chip and arr.ndim and arr.shape[0] > 1
+                                                  and arr.strides[0] == 0) else None)
+        return [self.core, tile.entries, tile.region(arr), 0, None, tile.on_chip, bcast]
 
     @staticmethod
     def _run(t: NkiTensor) -> int:
@@ -310,6 +357,9 @@ class Recorder:
             kept = live(queue)
             self.eliminated += len(queue) - len(kept)
             queue = kept
+        allocs, self._allocs = self._allocs, []
+        if allocs:
+            queue = allocator.apply(self, queue, allocs)
         for engine, op, accesses, info, _ in queue:
             self._place(engine, op, accesses, info)
 
@@ -377,8 +427,8 @@ class Recorder:
         t, k = self.target, self.knobs
         per = M.dma_queue_ns(t, nbytes / lanes, run, k)
         occupancy = per * lanes / t.dma_queues
-        start = self.dma_pool.place(ready, occupancy)
-        end = max(start + occupancy, ready + per)
+        start, last = self.dma_pool.fill(ready, occupancy)
+        end = max(last, ready + per)
         self.busy["dma"] += per * lanes / t.dma_queues
         self.count_by["dma"] += 1
         self.dma_bytes += nbytes

@@ -119,6 +119,49 @@ class Pool:
         self._insert(pos, end)
         return pos
 
+    def fill(self, ready: float, length: float) -> tuple[float, float]:
+        """Take `length` of idle time at or after `ready`, in as many gaps as it needs;
+        return (start of the first piece, end of the last).
+
+        A transfer is a stream of packets the 16 DMA engines process interleaved with
+        those of other transfers in flight (DMA:38-42, "every DMA transfer incurs
+        descriptor setup ... per-packet overhead"), so it uses whatever engine time is
+        idle from its ready time on. Reserving one unbroken slot instead left gaps
+        shorter than a transfer idle, and which gaps were left depended on the order
+        transfers were issued: removing an instruction could make a kernel slower.
+        """
+        slot = max(ready, self.floor)
+        if length <= 0:
+            at = self._place_empty(slot)
+            return at, at
+        gs, ge = self.gap_starts, self.gap_ends
+        i = bisect_right(ge, slot)
+        start, left = -1.0, length
+        while True:
+            pos = gs[i] if gs[i] > slot else slot
+            take = min(left, ge[i] - pos)
+            if take <= 0:
+                i += 1
+                continue
+            if start < 0:
+                start = pos
+            end, g0, g1 = pos + take, gs[i], ge[i]
+            starts, ends = [], []
+            if pos > g0:
+                starts.append(g0)
+                ends.append(pos)
+            if g1 > end:
+                starts.append(end)
+                ends.append(g1)
+            gs[i:i + 1], ge[i:i + 1] = starts, ends
+            i += len(starts)
+            left -= take
+            self._insert(pos, end)
+            if left <= 1e-9:
+                return start, end
+            slot = max(end, self.floor)
+            i = bisect_right(ge, slot)
+
     def _insert(self, s: float, e: float) -> None:
         busy = self.busy
         busy.insert(bisect_right(busy, (s, e)), (s, e))

@@ -16,8 +16,10 @@ from nkibot.sim import dtypes
 from nkibot.sim.alloc import allocate
 from nkibot.sim.engines import count, free_size, on_chip, read, read_native, write
 from nkibot.sim.errors import fail
-from nkibot.sim.isa import rng as _rng
 from nkibot.sim.isa.registers import VirtualRegister
+from nkibot.sim.isa.rng import dropout as _dropout
+from nkibot.sim.isa.rng import set_rng_seed as _set_rng_seed
+from nkibot.sim.isa.rng import uniform as _uniform
 from nkibot.sim.language.core import refuse_in_no_reorder
 from nkibot.sim.language.math import make_binary
 from nkibot.sim.tensor import MemoryRegion, NkiTensor
@@ -61,13 +63,13 @@ def while_loop(init: Any, body_fun: Callable[[Any], Any]) -> None:
 
 
 def random_seed(seed: NkiTensor) -> None:
-    _rng.set_rng_seed(seed)
+    _set_rng_seed(seed)
 
 
 def rand(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str = "") -> NkiTensor:
     """A new tensor of uniform values in [0, 1)."""
     t = allocate(shape, dtype, buffer, name)
-    value = _rng.uniform("vector", t.shape)
+    value = _uniform("vector", t.shape)
     if not dtypes.is_float(t.dtype):
         raise fail("dtype-illegal", f"rand: dtype {dtypes.name(t.dtype)} must be a float type")
     write(t, value, "rand")
@@ -79,7 +81,7 @@ def dropout(x: NkiTensor, rate: Any, dtype: Any = None) -> NkiTensor:
     """A new tile: x with each element zeroed with probability `rate`."""
     x = on_chip(x, "dropout", "x")
     out = allocate(x.shape, x.dtype, MemoryRegion.sbuf)
-    _rng.dropout(out, x, rate)
+    _dropout(out, x, rate)
     if dtype is None or dtypes.normalize(dtype) == x.dtype:
         return out
     cast = allocate(x.shape, dtype, MemoryRegion.sbuf)

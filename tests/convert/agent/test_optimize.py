@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from nkibot.backends.sim import SimBackend
 from nkibot.config.settings import Settings
 from nkibot.convert.agent.loop import run_loop
@@ -113,3 +115,84 @@ async def test_a_slower_kernel_is_not_verified_and_zero_turns_is_off(
     anthropic_double.enqueue(tool_reply("verify_kernel", {"code": SLOW}))
     off = await _run(sim_task, SimBackend(), claude_settings(), optimize_turns=0)
     assert off.best_source == SLOW and off.optimize_chain == []
+
+
+#: tanh(x) * 2 over rows of 12288 floats: one [128, 12288] fp32 tile is 48 KiB a partition.
+_WIDE_REFERENCE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(256, 12288)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+_CHUNKED = '''import nki
+import nki.language as nl
+import nki.isa as nisa
+
+
+@nki.jit
+def model_kernel(x):
+    N, D = x.shape
+    out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)
+    P = nl.tile_size.pmax
+    W = D // CHUNKS
+    for i in nl.affine_range(N // P):
+        for c in nl.affine_range(CHUNKS):
+            t = nl.ndarray((P, W), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[i * P:(i + 1) * P, c * W:(c + 1) * W])
+            a = nl.ndarray((P, W), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation(dst=a, op=nl.tanh, data=t)
+            y = nl.ndarray((P, W), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=y, data=a, op0=nl.multiply, operand0=2.0)
+            nisa.dma_copy(dst=out[i * P:(i + 1) * P, c * W:(c + 1) * W], src=y)
+    return out
+'''
+#: Whole rows: two buffers of its three 48 KiB tiles would not fit SBUF (192 KiB), so the
+#: model leaves a tile single-buffered and iterations serialise.
+WIDE_WHOLE = _CHUNKED.replace("CHUNKS", "1")
+#: Half rows: twice the instructions, and every tile double-buffered.
+WIDE_HALVES = _CHUNKED.replace("CHUNKS", "2")
+
+
+@pytest.fixture(scope="module")
+def wide_task(tmp_path_factory: pytest.TempPathFactory) -> SimTask:
+    from nkibot.convert.taskload import load_task
+    from nkibot.task import describe_kernel_args
+    from nkibot.verify.reference import compute_reference
+
+    path = tmp_path_factory.mktemp("wide") / "wide.py"
+    path.write_text(_WIDE_REFERENCE, encoding="utf-8")
+    task = load_task(path, "Model", turns=4, display_path="wide.py")
+    return SimTask(task, compute_reference(task), describe_kernel_args(task), path)
+
+
+async def test_the_kernel_that_fits_two_buffers_is_kept_despite_more_instructions(
+        anthropic_double: AnthropicDouble, wide_task: SimTask, sim_backend: Any,
+        claude_settings: Callable[..., Settings]) -> None:
+    """Issue 27: the model sees capacity. Whole rows are fewer, larger instructions, but
+    their tiles cannot be double-buffered; the half-row kernel overlaps loads, compute and
+    stores. The loop keeps it and says why, in the model's terms."""
+    anthropic_double.enqueue(
+        tool_reply("verify_kernel", {"code": WIDE_WHOLE}),
+        _asks_for_speed(tool_reply("verify_kernel", {"code": WIDE_HALVES},
+                                   text="Change: half rows, so tiles double-buffer"),
+                        "Single-buffered"),
+    )
+    outcome = await _run(wide_task, sim_backend, claude_settings(), optimize_turns=1)
+    assert outcome.status == "verified"
+    assert outcome.best_source == WIDE_HALVES
+    first, second = outcome.optimize_chain
+    assert first.kept and second.kept
+    assert second.time_us is not None and first.time_us is not None
+    assert second.time_us < first.time_us
+    assert "single-buffered tiles 1 -> 0" in second.reason

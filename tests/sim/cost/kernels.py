@@ -182,3 +182,105 @@ def register_sum(x):
 def dependent_pair(x):
     """Two VectorE ops back to back, the second reading what the first wrote."""
     return _pair(x, store_result=True)
+
+
+def _add_tiles(a, b, out, cols, cast_copy):
+    p = 128
+    for i in nl.affine_range(a.shape[0] // p):
+        for j in nl.affine_range(a.shape[1] // cols):
+            ta = nl.ndarray((p, cols), dtype=a.dtype, buffer=nl.sbuf)
+            tb = nl.ndarray((p, cols), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=ta, src=a[i * p:(i + 1) * p, j * cols:(j + 1) * cols])
+            nisa.dma_copy(dst=tb, src=b[i * p:(i + 1) * p, j * cols:(j + 1) * cols])
+            o = nl.ndarray((p, cols), dtype=a.dtype, buffer=nl.sbuf)
+            if cast_copy:  # add in fp32, then a cast copy to the output dtype
+                s = nl.ndarray((p, cols), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_tensor(dst=s, data1=ta, data2=tb, op=nl.add)
+                nisa.tensor_copy(dst=o, src=s)
+            else:
+                nisa.tensor_tensor(dst=o, data1=ta, data2=tb, op=nl.add)
+            nisa.dma_copy(dst=out[i * p:(i + 1) * p, j * cols:(j + 1) * cols], src=o)
+
+
+@nki.jit
+def add_tiles(a, b, cols=512, cast_copy=False):
+    """Tiled a + b; `cast_copy`: an extra VectorE copy per tile (issue 30, defect 4)."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    _add_tiles(a, b, out, cols, cast_copy)
+    return out
+
+
+@nki.jit
+def row_scale(x, row, spelling="view"):
+    """x * row, the [1, F] row broadcast over the partitions; `spelling`: "view" (the
+    tile's .broadcast_to), "nl" (nl.broadcast_to) or "none" (a [P, F] row: no broadcast)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    p, f = x.shape
+    r = nl.ndarray((row.shape[0], f), dtype=row.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=r, src=row)
+    if spelling == "view":
+        b = r.broadcast_to((p, f))
+    elif spelling == "nl":
+        b = nl.broadcast_to(r, shape=(p, f))
+    else:
+        b = r
+    for _ in nl.affine_range(2):  # the broadcast is made once and read twice
+        t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        o = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=o, data1=t, data2=b, op=nl.multiply)
+        nisa.dma_copy(dst=out, src=o)
+    return out
+
+
+@nki.jit
+def exp_blocks(inp, inside=True, cols=512):
+    """The migration guide's `sb_blocks_migrated` (inside=True: a tile per iteration) and
+    `sb_blocks_migrated_incorrect` (one tile for every iteration): load, exp, store."""
+    res = nl.ndarray(inp.shape, dtype=inp.dtype, buffer=nl.shared_hbm)
+    outer = None if inside else nl.ndarray((128, cols), dtype=inp.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(inp.shape[0]):
+        buf = nl.ndarray((128, cols), dtype=inp.dtype, buffer=nl.sbuf) if inside else outer
+        nisa.dma_copy(dst=buf, src=inp[i])
+        nisa.activation(dst=buf, op=nl.exp, data=buf)
+        nisa.dma_copy(dst=res[i], src=buf)
+    return res
+
+
+@nki.jit
+def hold_then_sum(x, parts=4):
+    """Loads `parts` [128, F] slices of x, then adds them up in reverse: with F large, all
+    of them live at once exceed SBUF (a compiler spills; run without the capacity check)."""
+    out = nl.ndarray((128, x.shape[2]), dtype=x.dtype, buffer=nl.shared_hbm)
+    tiles = []
+    for i in range(parts):
+        t = nl.ndarray((128, x.shape[2]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i])
+        nisa.activation(dst=t, op=nl.exp, data=t)
+        tiles.append(t)
+    acc = nl.ndarray((128, x.shape[2]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=acc, src=tiles[-1])
+    for t in reversed(tiles[:-1]):
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@nki.jit
+def sum_as_loaded(x, parts=4, chunks=2):
+    """hold_then_sum's result, each slice added as soon as it is loaded, in `chunks`
+    column chunks: more instructions, and nothing more than two tiles live."""
+    out = nl.ndarray((128, x.shape[2]), dtype=x.dtype, buffer=nl.shared_hbm)
+    w = x.shape[2] // chunks
+    for c in nl.affine_range(chunks):
+        acc = nl.ndarray((128, w), dtype=x.dtype, buffer=nl.sbuf)
+        for i in range(parts):
+            t = nl.ndarray((128, w), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[i, :, c * w:(c + 1) * w])
+            nisa.activation(dst=t, op=nl.exp, data=t)
+            if i == 0:
+                nisa.tensor_copy(dst=acc, src=t)
+            else:
+                nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+        nisa.dma_copy(dst=out[:, c * w:(c + 1) * w], src=acc)
+    return out

@@ -60,6 +60,15 @@ def test_chain_order_with_ties() -> None:
     assert not BENCH.chain_in_order(rows)
 
 
+def test_clear_pairs_count_only_pairs_measured_over_1_5x_apart() -> None:
+    rows = [{"id": "a", "measured_us": 100.0, "predicted_us": 80.0},
+            {"id": "b", "measured_us": 90.0, "predicted_us": 95.0},  # 1.11x from a: not counted
+            {"id": "c", "measured_us": 60.0, "predicted_us": 70.0}]  # 1.67x from a, 1.5x from b
+    assert BENCH.clear_pairs(rows) == (1, 1, [])
+    rows[2]["predicted_us"] = 85.0  # now ranked slower than a
+    assert BENCH.clear_pairs(rows) == (1, 0, ["a vs c"])
+
+
 def test_a_folder_without_points_is_a_clear_error(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert BENCH.main([str(tmp_path)]) == 2

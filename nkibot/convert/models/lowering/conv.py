@@ -24,9 +24,10 @@ from nkibot.convert.models.lowering.convfold import Fold
 from nkibot.convert.models.lowering.ir import Op, Ref
 from nkibot.convert.models.lowering.layout import LayoutError, Resolved
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
+from nkibot.sim.cost.quick import SBUF_BYTES
 
 NMAX = 512  # gemm_moving_fmax: output positions per matmul (one fp32 PSUM bank)
-PLANE_BUDGET = 120 * 1024  # bytes per partition for the resident input plane and weights
+PLANE_BUDGET = SBUF_BYTES * 5 // 8  # bytes per partition for the resident input plane and weights
 # output rows per band of a plane over the budget (whole tiles; at least one): a band's
 # tiles wait for all its loads, and by the cost model bands of 8 rows beat bigger ones
 # (KernelBench 54: 0.207 at 8 rows, 0.149 at 26; model estimate trn1)

@@ -25,9 +25,10 @@ from nkibot.convert.models.lowering import conv, convfold
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid
 from nkibot.convert.models.lowering.conv import ConvSpec, Dim
 from nkibot.convert.models.lowering.convfold import Fold
+from nkibot.sim.cost import constants as C
 
-DESCRIPTOR_NS = 15  # the cost model's per-run DMA cost (sim/cost/constants.py), restated
-QUEUES = 16
+DESCRIPTOR_NS = C.DMA_DESCRIPTOR_NS.value  # the cost model's per-run DMA cost
+QUEUES = C.TRN1.dma_queues
 
 
 def plane(d: Dim, fold: Fold, i: int) -> int:

@@ -17,20 +17,10 @@ from typing import TYPE_CHECKING
 
 from nkibot.convert.models.lowering.builder import PMAX, Block
 
-# trn1's figures from nkibot/sim/cost/constants.py, restated (importing them would load the
-# simulator into every lowering child): the Tensor Engine clock and fp32's 4x, and 16 DMA
-# queues x 17 B/ns.
-PE_GHZ, FP32_FACTOR, DMA_BYTES_PER_NS = 2.8, 4, 272
-
-
-def pe_ns(cycles: float, elem_bytes: int) -> float:
-    """Modelled Tensor Engine ns of `cycles` bf16 cycles (fp32 operands take 4x)."""
-    return cycles * (FP32_FACTOR if elem_bytes == 4 else 1) / PE_GHZ
-
-
-def load_ns(nbytes: float) -> float:
-    """Modelled ns to move `nbytes` over all 16 DMA queues at peak."""
-    return nbytes / DMA_BYTES_PER_NS
+# The cost model's figures (trn1 by default), from the module that loads no simulator:
+# Tensor Engine ns of bf16 cycles (fp32 4x), and ns to move bytes over all DMA queues.
+from nkibot.sim.cost.quick import load_ns as load_ns  # re-exported: conv* call convfold.load_ns
+from nkibot.sim.cost.quick import pe_ns as pe_ns
 
 if TYPE_CHECKING:
     from nkibot.convert.models.lowering.conv import ConvSpec, Dim

@@ -22,13 +22,14 @@ from nkibot.convert.models.lowering import conv, convfold
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.conv import ConvSpec, Dim
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
+from nkibot.sim.cost.quick import SBUF_BYTES
 
 if TYPE_CHECKING:  # convphaseband builds on this module
     from nkibot.convert.models.lowering.convphaseband import PhaseBand
 
 # bytes per partition (of 192 KiB) for the resident plane, the weights and the output tile
 # (no band form here: the plane stays whole; KernelBench 73's 128 KiB plane fits)
-PHASE_BUDGET = 168 * 1024
+PHASE_BUDGET = SBUF_BYTES * 7 // 8  # 168 KiB on trn1
 
 
 @dataclass(frozen=True)

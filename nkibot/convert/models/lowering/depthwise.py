@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING
 
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
+from nkibot.sim.cost.quick import SBUF_BYTES
 
 if TYPE_CHECKING:  # conv.py dispatches here, so the import would be circular at run time
     from nkibot.convert.models.lowering.conv import ConvSpec, Dim
 
-PLANE_BUDGET = 96 * 1024  # bytes per partition for the padded input plane
+PLANE_BUDGET = SBUF_BYTES // 2  # bytes per partition for the padded input plane
 TILE_ELEMS = 4096  # output elements per partition per accumulator tile (Vector Engine only)
 PSUM_ELEMS = 512  # ... with taps on the PE: one fp32 PSUM bank
 PE_MIN_TAPS = 4  # fewer taps stay on the Vector Engine (its bigger tiles store in fewer DMAs)

@@ -21,8 +21,9 @@ from __future__ import annotations
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.ir import Op
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
+from nkibot.sim.cost.quick import SBUF_BYTES
 
-ROW_BUDGET = 144 * 1024  # bytes per partition: the row, a scratch row and the result row
+ROW_BUDGET = SBUF_BYTES * 3 // 4  # bytes per partition: the row, a scratch row and the result row
 
 
 def fits(channels: int, groups: int, positions: int) -> bool:

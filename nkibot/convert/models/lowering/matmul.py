@@ -31,10 +31,11 @@ from nkibot.convert.models.lowering.layout import (
 from nkibot.convert.models.lowering.matmulblock import Gemm
 from nkibot.convert.models.lowering.rowwise import Kernel, Output, view_definition
 from nkibot.convert.models.lowering.tiling import SCORER_NAME, Candidate, choose, others
+from nkibot.sim.cost.quick import SBUF_BYTES
 
 NMAX = 512  # gemm_moving_fmax: one PSUM bank of fp32
 K_OUTER_TILES = 4  # up to this many M tiles accumulate side by side (one PSUM bank each)
-PANEL_BUDGET = 136 * 1024  # bytes per partition a resident B panel may take (of 192 KiB)
+PANEL_BUDGET = SBUF_BYTES * 17 // 24  # bytes per partition a resident B panel may take (of 192 KiB)
 
 
 def _operand(res: Resolved, arg: object, what: str) -> LeafView:

@@ -25,12 +25,15 @@ from dataclasses import dataclass
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.convfold import load_ns, pe_ns
 from nkibot.convert.models.lowering.rowwise import Kernel
+from nkibot.sim.cost import constants as C
+from nkibot.sim.cost.quick import SBUF_BYTES
 
 NMAX = 512  # gemm_moving_fmax: one PSUM bank of fp32
-DESCRIPTOR_BYTES = 15 * 17  # the cost model's 15 ns a run, at one queue's 17 B/ns
+# the cost model's 15 ns a run, at one queue's 17 B/ns (trn1)
+DESCRIPTOR_BYTES = C.DMA_DESCRIPTOR_NS.value * C.TRN1.dma_queue_bw
 #: SBUF bytes per partition the two resident blocks may take (of 192 KiB): the rest
 #: holds the output tiles and lets the next blocks load while these are used.
-BLOCK_BUDGET = 96 * 1024
+BLOCK_BUDGET = SBUF_BYTES // 2
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ from nkibot.convert.models.lowering.builder import PMAX, Block, nl_dtype
 from nkibot.convert.models.lowering.ir import Op, Ref
 from nkibot.convert.models.lowering.layout import LayoutError, Resolved
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
+from nkibot.sim.cost.quick import SBUF_BYTES
 
-BLOCK_BUDGET = 48 * 1024  # bytes per partition for one fp32 [A, B] tile (3 live at once)
+BLOCK_BUDGET = SBUF_BYTES // 4  # bytes per partition for one fp32 [A, B] tile (3 live at once)
 
 
 def _leaf(res: Resolved, arg: object) -> str:

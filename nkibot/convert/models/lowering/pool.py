@@ -24,9 +24,10 @@ from nkibot.convert.models.lowering.conv import Dim
 from nkibot.convert.models.lowering.ir import Op, Ref
 from nkibot.convert.models.lowering.layout import LayoutError, Resolved
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
+from nkibot.sim.cost.quick import SBUF_BYTES
 
-TILE_BUDGET = 48 * 1024  # bytes per partition for one row tile's planes and passes
-ROW_LIMIT = 160 * 1024  # one row's plane and passes beyond this: declined
+TILE_BUDGET = SBUF_BYTES // 4  # bytes per partition for one row tile's planes and passes
+ROW_LIMIT = SBUF_BYTES * 5 // 6  # one row's plane and passes beyond this: declined
 MIN_TILES = 4  # keep at least this many row tiles (when there are rows) for overlap
 SHORT_RUN = 512  # bytes: a padded load with shorter contiguous runs lands in a stage first
 FILL = {"max": "-3.0e38", "avg": "0.0"}

@@ -34,9 +34,10 @@ from nkibot.convert.models.lowering.layout import (
     Placement,
     Resolved,
 )
+from nkibot.sim.cost.quick import SBUF_BYTES
 
 QMAX = 2048  # free-dim tile for plain elementwise graphs: 8 KiB of fp32 per partition
-SBUF_BUDGET = 160 * 1024  # bytes per partition our live fp32 tiles may take (of 192 KiB)
+SBUF_BUDGET = SBUF_BYTES * 5 // 6  # bytes per partition our live fp32 tiles may take (of 192 KiB)
 ACC_OP = {"rsum": "nl.add", "rmax": "nl.maximum", "rmin": "nl.minimum", "rprod": "nl.multiply"}
 ACC_INIT = {"rsum": "0.0", "rmax": "-3.0e38", "rmin": "3.0e38", "rprod": "1.0"}
 

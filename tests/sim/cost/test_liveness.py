@@ -1,0 +1,85 @@
+"""Allocation-aware cost model (issue 27): buffer rotation, capacity, spills."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from nkibot.sim import activate
+from nkibot.sim.cost import Knobs, estimate
+from nkibot.sim.errors import ConstraintError
+from tests.sim.sim_helpers import load_module
+
+HERE = Path(__file__).resolve().parent
+ONE, TWO, MANY = Knobs(loop_buffers=1), Knobs(loop_buffers=2), Knobs(loop_buffers=1 << 20)
+NO_CHECK = Knobs(check_capacity=False)
+
+
+@pytest.fixture(scope="module")
+def k() -> Iterator[ModuleType]:
+    with activate(force=True):
+        yield load_module(HERE / "kernels.py", "cost_kernels_liveness")
+
+
+def _blocks(k: ModuleType, inside: bool, knobs: Knobs, cols: int = 512) -> float:
+    return estimate(k.exp_blocks, ((8, 128, cols), "float32"), inside=inside, cols=cols,
+                    knobs=knobs).makespan_ns
+
+
+def test_a_tile_allocated_in_the_loop_rotates_through_two_buffers(k: ModuleType) -> None:
+    """MIGRATION:1345-1380, 1496-1515: one tile for all iterations serialises them; a tile
+    per iteration lets the compiler keep 2 physical tiles, so a load overlaps the exp."""
+    outside = _blocks(k, False, TWO)
+    one, two, many = (_blocks(k, True, kn) for kn in (ONE, TWO, MANY))
+    assert one == pytest.approx(outside)  # one buffer: the same WAR chain as one tile
+    assert two < one * 0.85  # the next load overlaps this iteration's exp and store
+    assert many <= two  # every allocation its own buffer (the model before): no WAR at all
+    assert many < two * 0.95  # and the second buffer's WAR is visible
+
+
+def test_two_buffers_that_do_not_fit_leave_one(k: ModuleType) -> None:
+    """A [128, 40960] fp32 tile is 160 KiB a partition: two do not fit 192 KiB (trn1), so
+    its iterations serialise; 224 KiB (trn2) is no better, 256 KiB (trn3) neither."""
+    big = estimate(k.exp_blocks, ((4, 128, 40960), "float32"), inside=True, cols=40960)
+    assert big.single_buffered and "kernels.py" in big.single_buffered[0]
+    assert "single-buffered" in " ".join(big.notes)
+    assert big.as_dict()["single_buffered"] == big.single_buffered
+    small = estimate(k.exp_blocks, ((4, 128, 512), "float32"), inside=True)
+    assert small.single_buffered == []
+    one = estimate(k.exp_blocks, ((4, 128, 40960), "float32"), inside=True, cols=40960,
+                   knobs=ONE)
+    assert big.makespan_ns == pytest.approx(one.makespan_ns)
+
+
+def test_tiles_over_capacity_are_spilled_and_the_report_names_them(k: ModuleType) -> None:
+    x = ((4, 128, 16384), "float32")  # 4 x 64 KiB a partition live: over 192 KiB (trn1)
+    with pytest.raises(ConstraintError):
+        estimate(k.hold_then_sum, x)  # the simulator refuses it; a compiler spills
+    spilled = estimate(k.hold_then_sum, x, knobs=NO_CHECK)
+    unmodelled = estimate(k.hold_then_sum, x, knobs=Knobs(check_capacity=False,
+                                                          model_spills=False))
+    assert spilled.spill_bytes >= 128 * 64 * 1024  # at least one tile saved (and reloaded)
+    assert unmodelled.spill_bytes == 0
+    (tile, (nbytes, times)), *_ = spilled.spilled.items()
+    assert "kernels.py:" in tile and nbytes == spilled.spill_bytes and times >= 1
+    assert spilled.dma_bytes == unmodelled.dma_bytes + 2 * spilled.spill_bytes
+    assert spilled.makespan_ns > unmodelled.makespan_ns
+    assert "spills:" in " ".join(spilled.notes)
+    assert spilled.as_dict()["spilled"][0]["tile"] == tile
+    # trn3's 256 KiB holds one tile more: less is spilled
+    assert 0 < estimate(k.hold_then_sum, x, knobs=NO_CHECK,
+                        target="trn3").spill_bytes < spilled.spill_bytes
+    assert spilled.single_buffered == []  # its four tiles are live together: no rotation
+
+
+def test_the_kernel_that_fits_is_ranked_faster_despite_more_instructions(
+        k: ModuleType) -> None:
+    x = ((4, 128, 16384), "float32")
+    spilling = estimate(k.hold_then_sum, x, knobs=NO_CHECK)
+    fitting = estimate(k.sum_as_loaded, x)
+    assert sum(fitting.instructions.values()) > sum(spilling.instructions.values())
+    assert fitting.spill_bytes == 0 < spilling.spill_bytes
+    assert fitting.makespan_ns < spilling.makespan_ns

@@ -1,0 +1,56 @@
+"""One vocabulary (issue 27): the lowering's choosers read the model's own figures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nkibot.sim.cost import Knobs, quick
+from nkibot.sim.cost import constants as C
+from nkibot.sim.cost import model as M
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _loaded(module: str, heavy: tuple[str, ...]) -> list[str]:
+    code = (f"import sys; import {module}; "
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    got = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, check=True)
+    loaded: list[str] = eval(got.stdout)  # a list literal we printed
+    return loaded
+
+
+def test_the_figures_import_without_the_simulator() -> None:
+    sim = ("nkibot.sim.runtime", "nkibot.sim.cost.schedule", "ml_dtypes")
+    assert _loaded("nkibot.sim.cost.quick", ("numpy", *sim)) == []
+    # the lowering's choosers use them without loading the simulator
+    assert _loaded("nkibot.convert.models.lowering.convfold", sim) == []
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+def test_quick_estimates_are_the_model_s_rules(target: str) -> None:
+    t = C.target(target)
+    for free, inputs, nbytes in ((512, 2, 4), (2048, 1, 2), (16, 1, 4)):
+        ins = [(free, nbytes, False)] * inputs
+        assert quick.vector_ns(free, inputs, nbytes, target) == pytest.approx(
+            M.elementwise_of(t, "vector", ins, [(free, nbytes, False)], Knobs()))
+    assert quick.matmul_ns(512, 2, target) == pytest.approx(512 / t.tensor_ghz)
+    assert quick.matmul_ns(16, 4, target) == pytest.approx(64 * 4 / t.tensor_ghz)
+    busy = M.dma_queue_ns(t, 2 ** 20 / 16, 2048, Knobs())
+    assert quick.dma_ns(2 ** 20, 2048, 128, target, latency=False) == pytest.approx(busy)
+    assert quick.dma_ns(2 ** 20, 2048, 128, target) == pytest.approx(busy + C.DMA_FIXED_NS.value)
+    assert quick.sbuf_bytes(target) == t.sbuf_bytes
+
+
+def test_the_lowering_budgets_are_fractions_of_the_model_s_sbuf() -> None:
+    from nkibot.convert.models.lowering import conv, convband, convfold, matmul, rowwise
+
+    assert quick.SBUF_BYTES == 192 * 1024 == C.TRN1.sbuf_bytes
+    assert conv.PLANE_BUDGET == 120 * 1024 and matmul.PANEL_BUDGET == 136 * 1024
+    assert rowwise.SBUF_BUDGET == 160 * 1024
+    assert convfold.pe_ns is quick.pe_ns and convfold.load_ns is quick.load_ns
+    assert C.DMA_DESCRIPTOR_NS.value == convband.DESCRIPTOR_NS
