@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,12 +247,18 @@ def _confined(argv: list[str], confinement: Confinement) -> list[str]:
     return python_module_argv("nkibot.verify.confine", seccomp.stage_two().hex(), "--", *tail)
 
 
+#: One fork at a time: `preexec_fn` runs Python between fork and exec, which is only safe
+#: while no other thread of ours is forking (the determinism pair may run side by side).
+_SPAWN = threading.Lock()
+
+
 def _run(command: list[str], stdin: bytes, env: dict[str, str], cwd: Path, launch: Launch,
          fds: tuple[int, ...], deadline: float) -> tuple[bytes, bytes, int, bool]:
     out, err = Capped(*STDOUT_CAP), Capped(*STDERR_CAP)
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=cwd, env=env, pass_fds=fds,
-                            start_new_session=True, preexec_fn=launch)
+    with _SPAWN:
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=cwd, env=env, pass_fds=fds,
+                                start_new_session=True, preexec_fn=launch)
     timed_out = pump(proc, stdin, out, err, deadline)
     _kill_group(proc)  # whatever is left of the run goes, on time-out or not
     with contextlib.suppress(subprocess.TimeoutExpired):

@@ -13,8 +13,10 @@ difference between the runs. The parent then decides every guard on its own data
 from __future__ import annotations
 
 import math
+import os
 import secrets
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,30 +51,70 @@ def shuffled(count: int) -> list[int]:
     return order
 
 
+def cores() -> int:
+    """The cores this process may run on (`os.process_cpu_count` from Python 3.13)."""
+    counted = getattr(os, "process_cpu_count", None)
+    found = counted() if counted is not None else len(os.sched_getaffinity(0))
+    return max(1, found or 1)
+
+
+def parallel_runs(available: int) -> bool:
+    """Run the two children at once only with a core for each: on one core, one at a
+    time keeps that core busy and stops after a first run that already failed."""
+    return available >= 2
+
+
 def observe(reference: ReferenceSet, names: list[str], run_child: RunChild,
-            workdir: Path) -> Observed:
-    """Both runs of the kernel and the parent's reading of them."""
+            workdir: Path, parallel: bool | None = None) -> Observed:
+    """Both runs of the kernel and the parent's reading of them.
+
+    With two cores (`parallel`, default `parallel_runs(cores())`) the two children run at
+    the same time: each is still a fresh sandboxed process with its own secret order and
+    output directory, and the parent reads and judges both only after both ended.
+    """
     count = len(reference.trials)
     base = {"trials": [{"index": t.index, "inputs": t.inputs} for t in reference.trials],
             "state": reference.state}
     first_dir, second_dir = workdir / "first", workdir / "second"
     first_dir.mkdir()
     second_dir.mkdir()
-    first = run_child({**base, "order": shuffled(count)}, first_dir)
+    if parallel_runs(cores()) if parallel is None else parallel:
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="nkibot-run") as pool:
+            runs = [pool.submit(run_child, {**base, "order": shuffled(count)}, d)
+                    for d in (first_dir, second_dir)]
+            first = runs[0].result()
+            runs[1].result()
+        seen = _read_first(reference, names, first, first_dir)
+    else:
+        seen = _read_first(reference, names, run_child(
+            {**base, "order": shuffled(count)}, first_dir), first_dir)
+        if not _complete(seen, count):
+            # Already a failure: a second run would only cost time (and for a kernel that
+            # times out, a second time-out).
+            return seen
+        run_child({**base, "order": shuffled(count)}, second_dir)  # judged by its files alone
+    if _complete(seen, count):
+        again = _outputs(second_dir, count, [], _max_bytes(reference))
+        seen.run.deterministic = len(again) == len(seen.run.outputs) and all(
+            _same(a, b) for a, b in zip(seen.run.outputs, again, strict=True))
+    return seen
+
+
+def _read_first(reference: ReferenceSet, names: list[str], first: HarnessReply,
+                first_dir: Path) -> Observed:
+    """The first run's reply, outputs and modified inputs, as the parent reads them."""
     unreadable: list[str] = []
-    limit = _max_bytes(reference)
-    outputs = _outputs(first_dir, count, unreadable, limit)
+    outputs = _outputs(first_dir, len(reference.trials), unreadable, _max_bytes(reference))
     run = KernelRun(outputs=outputs, arg_names=names,
                     inputs_modified=_modified(reference, first_dir, len(outputs), names))
-    if len(outputs) < count or first.response is None or first.response.get("error"):
-        # Already a failure: a second run would only cost time (and for a kernel that
-        # times out, a second time-out).
-        return Observed(first, run, unreadable)
-    run_child({**base, "order": shuffled(count)}, second_dir)  # judged by its files alone
-    again = _outputs(second_dir, count, [], limit)
-    run.deterministic = len(again) == len(outputs) and all(
-        _same(a, b) for a, b in zip(outputs, again, strict=True))
     return Observed(first, run, unreadable)
+
+
+def _complete(seen: Observed, count: int) -> bool:
+    """Every trial's outputs read back and no error claimed: worth a determinism check."""
+    response = seen.reply.response
+    return len(seen.run.outputs) >= count and response is not None and not response.get(
+        "error")
 
 
 def _max_bytes(reference: ReferenceSet) -> int:
