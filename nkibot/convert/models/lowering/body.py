@@ -61,7 +61,10 @@ NATIVE_OPS = frozenset({"add", "sub", "mul", "maximum", "minimum", "neg", "abs",
 def literal(value: Arg) -> str:
     if isinstance(value, bool):
         return "1.0" if value else "0.0"
-    return repr(float(value))  # type: ignore[arg-type]
+    number = float(value)  # type: ignore[arg-type]
+    if number != number or number in (float("inf"), float("-inf")):
+        return f'float("{number}")'  # repr gives inf / nan: names no kernel defines
+    return repr(number)
 
 
 @dataclass

@@ -47,6 +47,10 @@ class _ShapeProxy(meta_tracer.MetaProxy):
 
 
 class _ShapeTracer(meta_tracer.MetaTracer):
+    #: buffers (a causal mask) are graph inputs read through get_attr, as state, not
+    #: tensors sliced while tracing and baked into the graph as constants
+    proxy_buffer_attributes = True
+
     def proxy(self, node: fx.Node) -> meta_tracer.MetaProxy:
         return _ShapeProxy(node, self)
 
@@ -64,6 +68,11 @@ def at_shapes(module: torch.nn.Module, inputs: Sequence[object]) -> fx.GraphModu
     names = [p.name for p in inspect.signature(module.forward).parameters.values()
              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     metas = {n: v for n, v in zip(names, inputs, strict=False) if isinstance(v, torch.Tensor)}
+    # parameters on meta too: a submodule's meta value (nn.Linear on a meta input) is
+    # computed by running it, and CPU weights against meta inputs fail there, leaving the
+    # result without sizes (then `q, k, v = linear(x).split(...)` cannot unpack). Only
+    # shapes and dtypes of the state are read after tracing.
+    module.to("meta")
     tracer = _ShapeTracer()
     tracer.record_stack_traces = True
     with warnings.catch_warnings():

@@ -46,3 +46,31 @@ class TestShapeTracing:
             "return x * x.size(0) + len(x)"), [(6, 64)]))
         assert unsupported == []
         assert [(op.op, op.args[1]) for op in graph.ops] == [("mul", 6), ("add", 6)]
+
+
+CAUSAL = HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c_attn = nn.Linear(32, 96)
+        self.register_buffer("bias", torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(32, dim=2)
+        k = k.view(B, T, 2, C // 2).transpose(1, 2)
+        q = q.view(B, T, 2, C // 2).transpose(1, 2)
+        v = v.view(B, T, 2, C // 2).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        return (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+'''
+
+
+class TestModelCode:
+    def test_min_gpt_attention(self) -> None:
+        """minGPT's causal attention: sizes unpacked from x.size(), a linear's output split
+        into q, k, v (the submodule's sizes need its weights on meta too), heads by view and
+        transpose, the causal mask a sliced buffer (read as state, not baked in as a
+        constant), masked_fill with -inf, softmax. It failed symbolic tracing."""
+        check_on_sim(make_task("import math\n" + CAUSAL, [(2, 8, 32)]))
