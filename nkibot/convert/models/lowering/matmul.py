@@ -330,7 +330,7 @@ def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: O
     blk.line("nisa.tensor_copy(res, acc)")
     names = Names(set(kernel.names.taken) | {"acc", "res", "r0", "p", "q", "c0", "o", "g"})
     tile = TileEmitter(res, pl, blk, names, seed={mm: "res"},  # type: ignore[arg-type]
-                       views=kernel.leaf_views)
+                       views=kernel.leaf_views, hoist=kernel.body)
     value = tile.value(out.name)
     if value == "res" and out.dtype != "float32":
         # no epilogue: the PSUM copy writes the output dtype itself (one copy, not two)
@@ -351,7 +351,7 @@ def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: O
     frame = pl.frame  # type: ignore[attr-defined]
     kernel.body.line(f"out_v = {out.var}.reshape((1, {frame.rows}, "
                      f"{1 if row_out else frame.cols}))")
-    params = [*tile.used_views, "out_v"]
+    params = [*tile.used_views, *tile.used_totals, "out_v"]  # totals: tiles built once
     kernel.helpers.append([
         f"def {store_fn}(acc, {', '.join(params)}, g, m0, p, c0, q):",
         '    """Output tile [p, q] at rows m0, columns c0 of batch g: PSUM out, epilogue, '

@@ -447,7 +447,7 @@ class TestBlockNormOnSim:
         lowered = lower_ok(make_task(src, [(700, 300)]))
         body = lowered.source[lowered.source.index("@nki.jit"):]
         assert body.count("gemm_load_pair(") == 1 and "gemm_panel(" not in body
-        assert "gemm_block(a_sb, b_sb, fc_bias_v, out_v, g, 0, 700, 0, 200)" in body
+        assert "gemm_block(a_sb, b_sb, fc_bias_all, out_v, g, 0, 700, 0, 200)" in body
         check_on_sim(make_task(src, [(700, 300)]), tol=2e-3)
 
 

@@ -136,3 +136,17 @@ class TestChooser:
         lowered = lower_ok(make_task(module_source("x @ y", "x, y"), [(256, 65536),
                                                                        (65536, 512)]))
         assert isinstance(lowered, Lowered) and "# tiling: " in lowered.source
+
+
+class TestEpilogueRows:
+    def test_linear_bias_is_broadcast_once(self) -> None:
+        """nn.Linear's bias is broadcast to 128 partitions once per kernel and sliced by
+        every output tile, not loaded and broadcast (a TensorE pass) per tile."""
+        task = _task("linear", "float32")
+        source = lower_ok(task).source
+        store = source[source.index("def matmul_store("):].split("\n\n")[0]
+        body = source[source.index("@nki.jit"):]
+        assert "fc_bias on every partition, broadcast once" in body
+        assert "nl.broadcast_to(" not in store and "nl.load(" not in store
+        assert "fc_bias_all[0:p, nl.ds(c0, q)]" in store
+        _check(task, source, lower_ok(task).function)
