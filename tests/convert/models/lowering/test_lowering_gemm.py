@@ -84,24 +84,27 @@ class TestBlockedOnSim:
 
 
 class TestBlockedCost:
-    def test_bf16_gemm_is_tensor_engine_bound(self) -> None:
+    def test_bf16_gemm_beats_the_panel_form(self) -> None:
         """The tutorial's bf16 GEMM (lhsT [1024, 2048], rhs [1024, 1024]): a few large DMAs,
-        and the modelled time within 1.2x of the Tensor Engine's busy time (the old panel
-        form reloaded A's 128 x 128 tiles per 512 columns: DMA-bound at 2.07x)."""
+        and well under the old panel form's modelled time, which reloaded A's 128 x 128
+        tiles per 512 columns (allocation-aware model, trn1: 66.0 against 228.0 us)."""
         from nkibot.sim import activate
         from nkibot.sim.cost import estimate
 
         shapes = [(1024, 2048), (1024, 1024)]
-        lowered = lower_ok(make_task(module_source("torch.matmul(x.T, y)", "x, y"), shapes,
-                                     "bfloat16"))
-        namespace: dict[str, Any] = {}
-        with activate(force=True, target="trn1"):
-            exec(compile(lowered.source, "<gemm>", "exec"), namespace)
-        report = estimate(namespace[lowered.function], *[(s, "bfloat16") for s in shapes],
-                          target="trn1").as_dict()
-        assert report["critical_engine"] == "tensor"
-        assert report["time_us"] <= 1.2 * report["busy_us"]["tensor"]
-        assert report["dma_transfers"] <= 48
+        task = make_task(module_source("torch.matmul(x.T, y)", "x, y"), shapes, "bfloat16")
+        lowered = lower_ok(task)
+        times = []
+        for source in (lowered.source, _forced(task, "b-panel")):
+            namespace: dict[str, Any] = {}
+            with activate(force=True, target="trn1"):
+                exec(compile(source, "<gemm>", "exec"), namespace)
+            report = estimate(namespace[lowered.function], *[(s, "bfloat16") for s in shapes],
+                              target="trn1").as_dict()
+            times.append(report["time_us"])
+            if source is lowered.source:
+                assert report["dma_transfers"] <= 48
+        assert times[0] < 0.5 * times[1]
 
     def test_bf16_output_is_copied_out_of_psum_once(self) -> None:
         """No epilogue: PSUM is copied straight into a bf16 row of the output (no fp32 tile
