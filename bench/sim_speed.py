@@ -8,6 +8,13 @@ and the reference, their ratio, and the geometric mean of the ratios (target: <=
 verify run with the model on, its report built) and prints the overhead (target: <= 25%);
 plain and costed runs alternate. Both sides run in this one process with the same BLAS
 thread count (threadpoolctl; the OpenBLAS environment variables are left alone).
+
+`--kernelbench DIR` times KernelBench-sized kernels instead: the lowering's kernel for a
+GEMM (level 1), a 3-D conv (level 1), a GEMM with its epilogue chain (level 2, ~17,600
+instructions) and a scan (level 1 cumsum, few large instructions), each file shrunk to
+4M elements per input (`bench/shrink.py`), against PyTorch's CPU run of the module on the
+same inputs (one thread), and the simulator's per-instruction overhead: (simulator -
+reference seconds) / instructions issued, in µs.
 """
 
 from __future__ import annotations
@@ -97,6 +104,77 @@ def interleaved(reps: int, plain: Callable[..., Any], costed: Callable[..., Any]
     return best_plain, out, best_costed
 
 
+KERNELBENCH = {
+    "gemm": "level1/1_Square_matrix_multiplication_.py",
+    "conv3d": "level1/54_conv_standard_3D__square_input__square_kernel.py",
+    "l2-epilogue": "level2/12_Gemm_Multiply_LeakyReLU.py",
+    "scan": "level1/89_cumsum.py",
+}
+
+
+def kernelbench(root: Path, reps: int, only: list[str] | None) -> None:
+    """Each KernelBench case: simulator vs PyTorch seconds, and µs per instruction."""
+    import sys
+    import tempfile
+    import types
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from shrink import shrink_source
+
+    from nkibot.convert.models.lowering import Lowered, lower_task
+    from nkibot.convert.taskload import load_task
+    from nkibot.sim import stats
+    from nkibot.task import describe_kernel_args
+    from nkibot.verify.protocol import random_array, to_kernel_dtype
+
+    torch.set_num_threads(1)
+    print(f"{'case':20s} {'sim s':>9s} {'torch s':>9s} {'ratio':>7s} {'instr':>8s} "
+          f"{'µs/instr':>9s}")
+    for name, rel in KERNELBENCH.items():
+        if only and name not in only:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(rel).name
+            path.write_text(shrink_source((root / rel).read_text(), 4194304).source)
+            task = load_task(path, "Model")
+        lowered = lower_task(task)
+        if not isinstance(lowered, Lowered):
+            print(f"{name:20s} declined: {lowered.reason[:80]}")
+            continue
+        rng = np.random.default_rng(0)
+        arrays = [to_kernel_dtype(random_array(list(a.shape), a.dtype, rng))
+                  for a in describe_kernel_args(task)]
+        with activate(force=True):
+            import nki
+
+            module = types.ModuleType("kb_kernel")
+            exec(compile(lowered.source, "kernel.py", "exec"), module.__dict__)
+            t_sim, _ = best_of(reps, nki.simulate(module.__dict__[lowered.function]),
+                               tuple(a.copy() for a in arrays))
+            issued = int(sum((stats().get("instructions") or {}).values()))
+        t_ref = _torch_seconds(task, reps)
+        per = 1e6 * (t_sim - t_ref) / issued if issued else float("nan")
+        print(f"{name:20s} {t_sim:9.3f} {t_ref:9.3f} {t_sim / t_ref:7.1f} {issued:8d} "
+              f"{per:9.1f}")
+
+
+def _torch_seconds(task: Any, reps: int) -> float:
+    """PyTorch's CPU run of the task's module on inputs of its shapes (fp32, one thread)."""
+    import types
+
+    import torch
+
+    module = types.ModuleType("kb_reference")
+    exec(compile(task.reference_source, "reference.py", "exec"), module.__dict__)
+    model = module.__dict__[task.entry_point](*task.init_args).eval()
+    inputs = [torch.randn(tuple(s.shape)) for s in task.inputs]
+    with torch.no_grad():
+        seconds, _ = best_of(reps, model, tuple(inputs))
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=3)
@@ -105,7 +183,14 @@ def main() -> None:
                         help="also time the simulator with the cost model on")
     parser.add_argument("--threads", type=int, default=1,
                         help="BLAS threads for both sides (default 1: stable on shared hosts)")
+    parser.add_argument("--kernelbench", type=Path, default=None, metavar="DIR",
+                        help="KernelBench root (level1, level2): time KernelBench-sized cases")
+    parser.add_argument("--only", action="append", default=None, choices=sorted(KERNELBENCH))
     opts = parser.parse_args()
+    if opts.kernelbench is not None:
+        with threadpool_limits(limits=opts.threads, user_api="blas"):
+            kernelbench(opts.kernelbench, opts.reps, opts.only)
+        return
     ratios: list[float] = []
     overheads: list[float] = []
     print(f"BLAS threads: {opts.threads} (simulator and reference alike)")
