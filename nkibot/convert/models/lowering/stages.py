@@ -138,8 +138,10 @@ class Scheduler:
             return ref
         op = self.graph.op(name)
         base = self._reshaped(name) if op is not None and op.op == "view" else name
-        if base != name and self.graph.op(base) is not None and base not in made and (
-                name not in self.final):
+        base_op = self.graph.op(base)
+        # the base must be computed into its home: a relabel (a slice of a split) has none
+        if base != name and base_op is not None and base_op.op not in RELABEL and (
+                base not in made and name not in self.final):
             assert op is not None
             var = self.view_vars.setdefault(name, self.names.fresh(f"{self.homes[base]}_as"))
             views[var] = f"{self.homes[base]}.reshape({op.shape or (1,)!r})"
