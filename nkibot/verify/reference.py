@@ -9,7 +9,7 @@ Trials: one per `task.seeds` entry ("normal"), then stress trials: large magnitu
 (x10, random signs), offsets (x + 100, x - 100), an overflow scale per dtype (values
 reaching twice the point where `exp` overflows in the input dtype, where a softmax
 without max-subtraction turns to inf/NaN), and special values (exact zeros of both
-signs, ties, +-1 and the dtype's edges; `children/stress.py`), where a NaN in the
+signs, ties, +-1 and the dtype's smallest normal; `children/stress.py`), where a NaN in the
 reference marks an input outside the operator's domain. Every seed is drawn from `secrets` per
 reference set, so no kernel can know them in advance; they are recorded in each trial
 and hence in the result's TrialStats afterwards. The order the kernel sees trials in is

@@ -26,7 +26,7 @@ absolute error must stay within `rtol` times the reference's RMS (plus the refer
 error and one output ulp), which catches a bias or noise that is small per element but
 large against what the output holds.
 
-On a special-values trial (exact zeros, -0.0, ties, dtype edges) a NaN in the reference
+On a special-values trial (exact zeros, -0.0, ties, the smallest normal) a NaN in the reference
 marks an input outside the operator's domain: that element is not compared.
 """
 

@@ -46,7 +46,8 @@ class TestSpecialValues:
     @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
     def test_inputs_hold_zeros_of_both_signs_ties_and_edges(self, dtype: str) -> None:
         """A special trial's float input holds +0.0 and -0.0, +-1, the dtype's smallest
-        normal and its largest safe power of two, and ties; integers are left alone."""
+        normal and ties; integers are left alone. Nothing larger than 1 is mixed in, so a
+        contraction over it stays as well conditioned as a normal trial's."""
         import torch
 
         from nkibot.verify.children.stress import special_values, transform
@@ -62,8 +63,7 @@ class TestSpecialValues:
         for v in special_values(t).tolist():
             assert bool((flat == v).any()), v
         assert int((flat[1:] == flat[:-1]).sum()) > 64 * 64 // 16  # ties with a neighbour
-        big = float(special_values(t).max())
-        assert torch.isfinite(torch.tensor(big, dtype=t) ** 4)
+        assert float(special_values(t).abs().max()) == 1.0
         assert torch.equal(transform([x], 7, "special", 0.0)[0], got)  # seeded
 
 

@@ -3,19 +3,19 @@
 - "scale": floats times `value`, with random signs (large magnitude, overflow scale);
 - "offset": floats plus `value` (the +-100 trials);
 - "special": a quarter of the float elements replaced by special values, and an eighth
-  by a tie with their neighbour. The special values are exact zeros of both signs, +-1,
-  the dtype's smallest normal, and its largest power of two whose fourth power is still
-  finite (products, squares and sums of squares of such values stay finite, so no honest
-  kernel overflows where the reference did not; the upper edge itself is the overflow
-  scale trial's). The reference shows where the operator's domain ends: a NaN in its
-  output marks that input outside it (`verify.stats`).
+  by a tie with their neighbour. The special values are exact zeros of both signs, +-1
+  and the dtype's smallest normal. The upper edge is the overflow scale trial's, not this
+  one's: a large power of two (2**31 in fp32) mixed into a contraction cancels against its
+  neighbours, and the fp32 reference itself is then off by hundreds (ulp(2**31) = 256), so
+  honest matmuls and convolutions that sum in another order failed here (KernelBench
+  level 1 15, level 2 1, 15 and 31, level 3 25). The reference shows where the operator's
+  domain ends: a NaN in its output marks that input outside it (`verify.stats`).
 
 Integer and boolean inputs, and Python scalars (compile-time constants), are left alone.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -44,10 +44,9 @@ def transform(inputs: list[Any], seed: int, kind: str | None, value: float) -> l
 
 
 def special_values(dtype: torch.dtype) -> torch.Tensor:
-    """Zeros of both signs, +-1, +-the smallest normal, +-the largest safe power of two."""
+    """Zeros of both signs, +-1 and +-the smallest normal."""
     info = torch.finfo(dtype)
-    big = 2.0 ** math.floor(math.log2(info.max) / 4)
-    return torch.tensor([0.0, -0.0, 1.0, -1.0, info.tiny, -info.tiny, big, -big])
+    return torch.tensor([0.0, -0.0, 1.0, -1.0, info.tiny, -info.tiny])
 
 
 def special(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
