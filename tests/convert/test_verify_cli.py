@@ -33,8 +33,10 @@ class TestVerifyCommand:
         assert out["simulator"] == "nkibot-sim"
         verify = out["verify"]
         assert isinstance(verify, dict) and verify["passed"] is True
-        # 3 seeds + the large-magnitude, two offset (+-100) and overflow-scale trials
-        assert len(verify["trials"]) == 7
+        # 3 seeds + the large-magnitude, two offset (+-100), overflow-scale and
+        # special-values trials
+        assert len(verify["trials"]) == 8
+        assert verify["trials"][-1]["label"] == "special values"
         assert [t["label"].split(",")[0] for t in verify["trials"]].count("normal") == 3
         kernel = out["kernel"]
         assert isinstance(kernel, dict) and kernel["function"] == "relu_kernel"
