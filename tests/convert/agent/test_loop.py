@@ -69,7 +69,7 @@ class TestEpisode:
                      "partition dim 256 exceeds 128", "Relevant NKI guide",
                      "### Partition dimension over 128"],
                     tool_reply("verify_kernel", {"code": NUMERIC_BUG}, cache_read=3000)),
-            _expect(["verify: FAILED (9 of 9 trials failed)", "max_abs", "mismatched",
+            _expect(["verify: FAILED (10 of 10 trials failed)", "max_abs", "mismatched",
                      "worst elements", "times ~1.5"],
                     tool_reply("verify_kernel", {"code": GOOD}, cache_read=3000)),
         )
