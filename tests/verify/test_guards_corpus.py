@@ -25,6 +25,11 @@ ADVERSARIAL = {"crash.py", "imports_torch.py", "nondeterministic.py", "reads_fil
 #: the calibration bench's extraction test, is text, not a kernel file).
 NOT_KERNELS = {"tests/sim/test_sim_runtime.py", "tests/sim/test_sim_cli.py",
                "nkibot/convert/agent/prompts.py", "tests/sim/cost/test_perf_calibration.py"}
+#: Embedded kernels broken on purpose inside a file that also holds honest ones: (file, a
+#: snippet only the broken one contains). A syntax error for verify's message, a torch
+#: import for re-profiling's refusal.
+BROKEN_ON_PURPOSE = {("tests/convert/test_verify_cli.py", "return x +\n"),
+                     ("tests/runner/test_reprofile.py", "import torch\n")}
 HEADER = ("import math\nimport nki\nimport nki.isa as nisa\nimport nki.language as nl\n"
           "import numpy as np\n\n\n")
 
@@ -42,7 +47,9 @@ def _embedded() -> list[tuple[str, str]]:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (isinstance(node, ast.Constant) and isinstance(node.value, str)
-                    and "@nki.jit" in node.value and "import nki" in node.value):
+                    and "@nki.jit" in node.value and "import nki" in node.value
+                    and not any(rel == f and bit in node.value
+                                for f, bit in BROKEN_ON_PURPOSE)):
                 found.append((f"{rel}:{node.lineno}", textwrap.dedent(node.value)))
     return found
 

@@ -41,10 +41,11 @@ def scale_ref() -> Iterator[ReferenceSet]:
 
 class TestReference:
     def test_trials_and_stress_trials(self, scale_ref: ReferenceSet) -> None:
-        """One trial per seed, then large-magnitude, offset and overflow-scale trials."""
+        """One trial per seed, then large-magnitude, offset, overflow-scale and
+        special-values trials."""
         assert [t.label for t in scale_ref.trials] == [
             "normal", "normal", "normal", "large magnitude", "offset +100", "offset -100",
-            "overflow scale x44.4"]
+            "overflow scale x44.4", "special values"]
         big = scale_ref.inputs(3)[0]
         assert np.abs(big).max() > 10 and (big < 0).any() and (big > 0).any()
         assert not np.array_equal(scale_ref.inputs(0)[0], scale_ref.inputs(1)[0])
