@@ -122,3 +122,34 @@ class TestReferenceErrors:
 
         x = torch.ones(4)
         assert _reference_errors(refuses, [x], [x * 2]) == [0.0]
+
+    def test_non_finite_elements_are_left_out_of_the_error(self) -> None:
+        """inf and NaN in the fp32 output (an overflow the float64 run does not have) are
+        not the reference's rounding error: the error is the largest finite difference."""
+        import torch
+
+        from nkibot.verify.children.torch_side import _max_finite_diff
+
+        ref = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
+        out = torch.tensor([1.5, float("inf"), float("nan"), 4.0, 4.75])
+        assert _max_finite_diff(out, ref) == 0.5
+        assert _max_finite_diff(torch.full((3,), float("nan")), ref[:3]) == 0.0
+        assert _max_finite_diff(torch.empty(0), torch.empty(0, dtype=torch.float64)) == 0.0
+        assert ref.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]  # the reference is not modified
+
+    def test_float64_budget_counts_cpu_time(self) -> None:
+        """Sleeping (a busy host, waiting for a core) does not use the float64 budget."""
+        import time
+
+        import torch
+
+        from nkibot.verify.children import torch_side
+
+        def slow_but_idle(x: torch.Tensor) -> torch.Tensor:
+            time.sleep(0.3)
+            return x * 2
+
+        before = torch_side._fp64_spent[0]
+        x = torch.ones(4)
+        assert torch_side._timed_errors(slow_but_idle, [x], [x * 2]) == [0.0]
+        assert torch_side._fp64_spent[0] - before < 0.2
