@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from nkibot.convert.models.lowering import copyplan
 from nkibot.convert.models.lowering.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.convert.models.lowering.ir import Leaf
 from nkibot.convert.models.lowering.layout import Resolved
@@ -22,9 +23,6 @@ from nkibot.convert.models.lowering.rowwise import Kernel, Output
 from nkibot.convert.models.lowering.strided import Strided
 
 FLOATS = ("float32", "bfloat16", "float16")
-#: below this many elements on either side of a transpose the PE round trip costs more
-#: than the short runs it saves (one 128 x 128 block is a few hundred ns of DMA either way)
-MIN_PE_SIDE = 16
 
 
 def emit_scratch(res: Resolved, kernel: Kernel) -> None:
@@ -74,17 +72,59 @@ def _what(view: Strided) -> str:
 
 
 def emit_copy(kernel: Kernel, src: str, view: Strided, dst: str, dtype: str) -> None:
-    """dst (contiguous, view.shape) <- the elements of `src` that `view` addresses."""
+    """dst (contiguous, view.shape) <- the elements of `src` that `view` addresses, by the
+    mechanism the cost model ranks fastest (`copyplan.plan`)."""
     dims = view.merged()
     counts = tuple(n for n, _ in dims)
-    inner = next((i for i, (n, s) in enumerate(dims[:-1]) if s == 1 and n >= MIN_PE_SIDE), None)
-    if (inner is None or dims[-1][1] == 1 or dims[-1][0] < MIN_PE_SIDE
-            or dtype not in FLOATS):
+    how = copyplan.plan(dims, copyplan.elem_bytes(dtype), dtype in FLOATS)
+    if how.how == "pe":
+        _emit_pe_transpose(kernel, src, view, dims, how.inner, dst, dtype)
+    elif how.how == "sbuf":
+        _emit_sbuf_permute(kernel, src, view, dims, how.chunk, dst, dtype)
+    else:
         pattern = "[" + ", ".join(f"[{s}, {n}]" for n, s in dims) + "]"
         kernel.body.line(f"nisa.dma_copy(dst={dst}.reshape({counts!r}), "
                          f"src={src}.ap({pattern}, offset={view.offset}))")
-        return
-    _emit_pe_transpose(kernel, src, view, dims, inner, dst, dtype)
+
+
+def _emit_sbuf_permute(kernel: Kernel, src: str, view: Strided, dims: list[tuple[int, int]],
+                       chunk: int, dst: str, dtype: str) -> None:
+    """dims[0] on partitions; per tile, the free dims loaded in the source's memory order
+    and reordered into the destination's by one Vector Engine copy."""
+    counts = [n for n, _ in dims]
+    rest = math.prod(counts[2:])
+    d0 = counts[1] * rest
+    # tile dims in the source's memory order (largest stride first), so the load's runs
+    # are the source's; the copy reads them back in the destination's order
+    order = sorted(range(1, len(dims)), key=lambda i: -dims[i][1])
+    size = {i: ("c" if i == 1 else str(counts[i])) for i in range(1, len(dims))}
+    tile_stride: dict[int, str] = {}
+    step = "1"
+    for i in reversed(order):
+        tile_stride[i] = step
+        step = f"{step} * {size[i]}" if step != "1" else size[i]
+    fsz = f"c * {rest}" if rest != 1 else "c"
+    load = ", ".join(f"[{dims[i][1]}, {size[i]}]" for i in order)
+    tiled = ", ".join(f"[{tile_stride[i]}, {size[i]}]" for i in order)
+    perm = ", ".join(f"[{tile_stride[i]}, {size[i]}]" for i in range(1, len(dims)))
+    fn = kernel.names.fresh("permute_block")
+    kernel.helpers.append([
+        f"def {fn}(src, dst, so, p0, p, c0, c):",
+        '    """dst rows [p0:p0+p], dim-1 slab [c0:c0+c] <- the same elements of src, read in '
+        "its memory order and reordered on the Vector Engine.\"\"\"",
+        f"    t = nl.ndarray((p, {fsz}), dtype={nl_dtype(dtype)}, buffer=nl.sbuf)",
+        f"    nisa.dma_copy(dst=t.ap([[{fsz}, p], {tiled}], offset=0),",
+        f"                  src=src.ap([[{dims[0][1]}, p], {load}],",
+        f"                         offset=so + p0 * {dims[0][1]} + c0 * {dims[1][1]}))",
+        f"    u = nl.ndarray((p, {fsz}), dtype={nl_dtype(dtype)}, buffer=nl.sbuf)",
+        f"    nisa.tensor_copy(dst=u, src=t.ap([[{fsz}, p], {perm}], offset=0))",
+        f"    nisa.dma_copy(dst=dst.ap([[{d0}, p], [1, {fsz}]], offset=p0 * {d0} + c0 * {rest}),",
+        "                  src=u)",
+    ])
+    vp, vc = kernel.names.fresh("tp"), kernel.names.fresh("tc")
+    call = f"{fn}({src}, {dst}, {view.offset}, {{{vp}0}}, {{{vp}sz}}, {{{vc}0}}, {{{vc}sz}})"
+    emit_grid(kernel.body, [Axis(vp, counts[0], PMAX), Axis(vc, counts[1], chunk)], call,
+              "affine_range")
 
 
 def _emit_pe_transpose(kernel: Kernel, src: str, view: Strided, dims: list[tuple[int, int]],
