@@ -63,13 +63,15 @@ def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
     keys, ev = ks[-2], vs[-1]
     compute = nl_dtype(qd) if qd in LOW else "nl.float32"
     body = kernel.body
-    body.comment(f"{op.origin}: softmax(Q K^T * {op.attr('scale')!r}) V, {heads} heads of "
+    mask = " with the causal mask" if op.attr("causal", False) else ""
+    body.comment(f"{op.origin}: softmax(Q K^T * {op.attr('scale')!r}{mask}) V, {heads} heads of "
                  f"{length} queries x {keys} keys, E={emb}, Ev={ev}")
     body.line(f"q_v = {q}.reshape(({heads}, {length}, {emb}))")
     body.line(f"k_v = {k}.reshape(({heads}, {keys}, {emb}))")
     body.line(f"v_v = {v}.reshape(({heads}, {keys}, {ev}))")
     body.line(f"out_v = {outputs[0].var}.reshape(({heads}, {length}, {ev}))")
     dims = _Dims(emb, ev, float(str(op.attr("scale"))), compute, nl_dtype(outputs[0].dtype))
+    dims.causal, dims.keys = bool(op.attr("causal", False)), keys
     single = keys <= KV_TILE
     item = 2 if qd in LOW else 4
     dims.resident = keys % PMAX == 0 and keys // PMAX * (dims.ke * PMAX + ev) * item <= (
@@ -127,6 +129,8 @@ class _Dims:
         self.emb, self.ev, self.scale, self.compute, self.out = emb, ev, scale, compute, out
         self.ke = -(-emb // PMAX)  # E-chunks on the partitions of the score matmul
         self.resident = False  # K^T and V loaded once per head (_emit_resident)
+        self.causal = False  # is_causal: scores past the diagonal are -inf
+        self.keys = 0
 
 
 def _emit_rows(kernel: Kernel, d: _Dims, keys: int, first: str, later: str) -> str:
@@ -150,7 +154,7 @@ def _emit_rows(kernel: Kernel, d: _Dims, keys: int, first: str, later: str) -> s
     blk.line("l = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
     blk.line(f"o = nl.ndarray((p, {d.ev}), dtype={d.out if single else 'nl.float32'}, "
              "buffer=nl.sbuf)")
-    args = "q_t, k_v, v_v, neg_m, l, o, g, p"
+    args = "q_t, k_v, v_v, neg_m, l, o, g, q0, p"
     full, rem = divmod(keys, KV_TILE)
     if single:
         blk.line(f"{first}({args}, 0, {keys})")
@@ -192,7 +196,7 @@ def _emit_step(kernel: Kernel, op: Op, d: _Dims, first: bool, only: bool) -> str
     else:
         _emit_kv_tile(blk, d)
     _emit_scores(blk, op, d, first, only)
-    kernel.helpers.append([f"def {fn}(q_t, k_v, v_v, neg_m, l, o, g, p, k0, st):",
+    kernel.helpers.append([f"def {fn}(q_t, k_v, v_v, neg_m, l, o, g, q0, p, k0, st):",
                            '    """Keys k0..k0+st of head g for the resident query rows."""',
                            *blk.lines])
     return fn
@@ -227,15 +231,36 @@ def _emit_scores(blk: Block, op: Op, d: _Dims, first: bool, only: bool) -> None:
     for e in range(d.ke):
         ew = min(PMAX, d.emb - e * PMAX)
         blk.line(f"nisa.nc_matmul(s_ps, q_t[0:{ew}, {e}, 0:p], k_t[0:{ew}, {e}, 0:st])")
+    scores = "s_ps"
+    if d.causal:
+        blk.line("s_sb = nl.ndarray((p, st), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.tensor_copy(dst=s_sb, src=s_ps)")
+        if d.resident:
+            j = d.keys // PMAX
+            blk.comment(f"is_causal: column c * {PMAX} + r of this tile is key (k0 // {PMAX} + "
+                        f"c) + {j} * r (resident order); hidden from query q0 + i when it is "
+                        "past the query (one GpSimd select on that affine index)")
+            blk.line(f"nisa.affine_select(dst=s_sb, pattern=[[-1, st // {PMAX}], [-{j}, {PMAX}]], "
+                     "channel_multiplier=1, on_true_tile=s_sb, on_false_value=float(\"-inf\"), "
+                     f"cmp_op=nl.greater_equal, offset=q0 - k0 // {PMAX})")
+        else:
+            blk.comment("is_causal: key k0 + j is hidden from query q0 + i when j > i + q0 - k0 "
+                        "(one GpSimd select on that affine index)")
+            blk.line("nisa.affine_select(dst=s_sb, pattern=[[-1, st]], channel_multiplier=1, "
+                     "on_true_tile=s_sb, on_false_value=float(\"-inf\"), "
+                     "cmp_op=nl.greater_equal, offset=q0 - k0)")
+        scores = "s_sb"
     if first:
         blk.comment("softmax: -max of the row on the Vector Engine")
-        blk.line("nisa.tensor_reduce(dst=neg_m, op=nl.maximum, data=s_ps, axis=1, negate=True)")
+        blk.line(f"nisa.tensor_reduce(dst=neg_m, op=nl.maximum, data={scores}, axis=1, "
+                 "negate=True)")
         sums = "l"
     else:
         blk.comment("softmax: the new running -max, and alpha = exp(m_old - m_new) to rescale "
                     "what earlier key tiles accumulated")
         blk.line("neg_t = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
-        blk.line("nisa.tensor_reduce(dst=neg_t, op=nl.maximum, data=s_ps, axis=1, negate=True)")
+        blk.line(f"nisa.tensor_reduce(dst=neg_t, op=nl.maximum, data={scores}, axis=1, "
+                 "negate=True)")
         blk.line("neg_new = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
         blk.line("nisa.tensor_tensor(dst=neg_new, data1=neg_t, data2=neg_m, op=nl.minimum)")
         blk.line("alpha = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
@@ -245,7 +270,7 @@ def _emit_scores(blk: Block, op: Op, d: _Dims, first: bool, only: bool) -> None:
         sums = "rs"
     blk.comment("P = exp(S - m) on the Scalar Engine, its row sums from the same instruction")
     blk.line(f"prob = nl.ndarray((p, st), dtype={cd}, buffer=nl.sbuf)")
-    blk.line("nisa.activation(dst=prob, op=nl.exp, data=s_ps, bias=neg_m, "
+    blk.line(f"nisa.activation(dst=prob, op=nl.exp, data={scores}, bias=neg_m, "
              f"reduce_op=nl.add, reduce_res={sums})")
     if not first:
         blk.line("nisa.tensor_scalar(dst=l, data=l, op0=nl.multiply, operand0=alpha, "

@@ -1,8 +1,9 @@
 """F.scaled_dot_product_attention -> the `attention` primitive (emitted by `attention.py`).
 
-softmax(Q K^T * scale) V with PyTorch's defaults: scale 1/sqrt(E) unless given, no mask, no
-dropout. Attention masks (`attn_mask`, `is_causal`), dropout and grouped-query attention are
-declined with the reason named.
+softmax(Q K^T * scale) V with PyTorch's defaults: scale 1/sqrt(E) unless given, no
+dropout. `is_causal=True` is the top-left aligned lower triangle PyTorch builds (key j
+attends query i when j <= i), an attribute of the primitive the emitter applies per tile.
+`attn_mask`, dropout and grouped-query attention are declined with the reason named.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ def _sdpa(s: Sink, a: list[object], k: dict[str, object]) -> object:
         raise Unsupported(OP, "an attn_mask")
     if float(str(get(a, k, 4, "dropout_p", 0.0))) != 0.0:
         raise Unsupported(OP, "dropout_p > 0")
-    if get(a, k, 5, "is_causal", False):
-        raise Unsupported(OP, "is_causal")
+    causal = bool(get(a, k, 5, "is_causal", False))
     if get(a, k, 7, "enable_gqa", False):
         raise Unsupported(OP, "grouped-query attention (enable_gqa)")
     qs, ks, vs = s.shape(q), s.shape(key), s.shape(v)
@@ -34,4 +34,7 @@ def _sdpa(s: Sink, a: list[object], k: dict[str, object]) -> object:
     value = 1.0 / math.sqrt(qs[-1]) if scale is None else float(str(scale))
     if value <= 0.0:
         raise Unsupported(OP, f"a non-positive scale ({value})")
+    if causal:
+        return s.emit("attention", q, key, v, shape=out_shape(k), last=True, scale=value,
+                      causal=True)
     return s.emit("attention", q, key, v, shape=out_shape(k), last=True, scale=value)

@@ -84,15 +84,21 @@ def _cross_entropy(s: Sink, a: list[object], k: dict[str, object]) -> object:
     shape = s.shape(logits)
     if len(shape) != 2 or s.shape(target) != shape[:1]:
         raise Unsupported("aten.cross_entropy_loss.default", "needs [N, C] logits, [N] targets")
-    if get(a, k, 2, "weight") is not None or get(a, k, 5, "label_smoothing", 0.0):
-        raise Unsupported("aten.cross_entropy_loss.default", "class weights or label smoothing")
+    if get(a, k, 2, "weight") is not None:
+        raise Unsupported("aten.cross_entropy_loss.default", "class weights")
+    smoothing = float(str(get(a, k, 5, "label_smoothing", 0.0)))
     # loss_n = logsumexp(x_n) - x_n[t_n]; x_n[t_n] = sum_c x_nc * (c == t_n)
     peak = s.reduce("rmax", logits, (1,), True)
     lse = s.add(s.emit("log", s.reduce("rsum", s.emit("exp", s.sub(logits, peak)), (1,),
                                        True)), peak)
     classes = s.emit("iota", shape=(1, shape[1]))
     onehot = s.emit("eq", classes, s.emit("view", target, shape=(shape[0], 1)))
-    picked = s.reduce("rsum", s.mul(onehot, logits), (1,), True)
+    picked: Arg = s.reduce("rsum", s.mul(onehot, logits), (1,), True)
+    if smoothing:
+        # label smoothing: the target is (1 - e) one-hot + e / C everywhere, so
+        # loss_n = lse - (1 - e) x_n[t_n] - e mean_c x_nc (PyTorch's formula without weights)
+        row_mean = s.mul(s.reduce("rsum", logits, (1,), True), smoothing / shape[1])
+        picked = s.add(s.mul(picked, 1.0 - smoothing), row_mean)
     reduction = get(a, k, 4, "reduction", "mean")
     if reduction == "none":
         return s.emit("view", s.sub(lse, picked), shape=shape[:1], last=True)

@@ -52,6 +52,21 @@ class TestAttentionOnSim:
         check_on_sim(make_task(source, [(1, 2, 64, 256), (1, 2, 64, 384), (1, 2, 384, 64)],
                                dtype))
 
+    @pytest.mark.parametrize("name", ["one_tile", "ragged_multi_tile", "resident_ragged_tile",
+                                      "three_d"])
+    def test_causal_matches_torch(self, name: str) -> None:
+        """is_causal=True (declined before): key j hidden from query i when j > i, in every
+        key tile, streamed or resident, with more keys than queries too (top-left aligned,
+        as PyTorch builds the mask)."""
+        source = module_source("F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+                               args="q, k, v")
+        assert check_on_sim(_task(name, source=source)) < 1e-4
+
+    def test_causal_bf16(self) -> None:
+        source = module_source("F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+                               args="q, k, v")
+        check_on_sim(_task("ragged_multi_tile", "bfloat16", source=source))
+
     def test_explicit_scale(self) -> None:
         """A given `scale` replaces 1/sqrt(E) (large, so a wrong one would show)."""
         source = module_source("F.scaled_dot_product_attention(q, k, v, scale=0.9)",
@@ -109,7 +124,6 @@ class TestAttentionSource:
 
 class TestAttentionDeclines:
     @pytest.mark.parametrize(("call", "why"), [
-        ("F.scaled_dot_product_attention(q, k, v, is_causal=True)", "is_causal"),
         ("F.scaled_dot_product_attention(q, k, v, attn_mask=q.mean(-1, keepdim=True) > 0)",
          "attn_mask"),
         ("F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)", "dropout_p"),

@@ -199,24 +199,27 @@ class TestLayoutsOnSim:
 class TestCrossEntropyOnSim:
     """Cross-entropy picks the target logit with a column-index one-hot (nisa.iota)."""
 
-    @pytest.mark.parametrize("rows", [256, 200])
+    @pytest.mark.parametrize(("rows", "smoothing"), [(256, 0.0), (200, 0.0), (64, 0.1)])
     @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-    def test_matches_torch(self, rows: int, reduction: str) -> None:
-        """Loss per row, summed or averaged, matches F.cross_entropy (targets as int32)."""
+    def test_matches_torch(self, rows: int, reduction: str, smoothing: float) -> None:
+        """Loss per row, summed or averaged, matches F.cross_entropy (targets as int32);
+        with label_smoothing too (declined before)."""
         import numpy as np
         import torch
 
         from nkibot.task import InputSpec, Task
         from tests.convert.models.lowering.lowering_support import lower_ok, simulate
 
-        source = module_source(f"F.cross_entropy(x, t, reduction='{reduction}')", args="x, t")
+        source = module_source(f"F.cross_entropy(x, t, reduction='{reduction}', "
+                               f"label_smoothing={smoothing})", args="x, t")
         task = Task(reference_source=source, entry_point="Model", inputs=[
             InputSpec(name="x", shape=(rows, 37)), InputSpec(name="t", shape=(rows,),
                                                              dtype="int64")])
         lowered = lower_ok(task)
         gen = torch.Generator().manual_seed(3)
         x, t = torch.randn(rows, 37, generator=gen), torch.randint(0, 37, (rows,), generator=gen)
-        expected = torch.nn.functional.cross_entropy(x, t, reduction=reduction).numpy()
+        expected = torch.nn.functional.cross_entropy(x, t, reduction=reduction,
+                                                     label_smoothing=smoothing).numpy()
         # NKI has no int64: class indices travel as int32
         (out,) = simulate(lowered.source, lowered.function, [x.numpy(), t.numpy().astype(np.int32)])
         assert np.asarray(out).shape == expected.shape
