@@ -11,7 +11,8 @@ passes for a max (two overlapping halves), log2(K) + popcount(K) - 1 for a sum; 
 strides fold the K taps' strided windows one per pass, the first two in one instruction.
 Average pooling scales by 1 / divisor on the Scalar Engine while converting to the
 output dtype. `ceil_mode` only changes the output extent, which the plane covers with more
-padding.
+padding. A plane over the tile budget (unpadded) runs in bands of dim 0's output rows,
+each band loading the input rows its windows read.
 """
 
 from __future__ import annotations
@@ -105,13 +106,12 @@ def emit_pool(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
                           "(their divisor shrinks)")
     rows = shape[0] * shape[1]
     per_row = _row_bytes(dims, kind)
-    if per_row > ROW_LIMIT:
-        raise LayoutError(f"pooling needs {per_row} bytes per row in SBUF (over {ROW_LIMIT})")
-    g = _rows_per_partition(rows, per_row)
-    bands = _bands(-(-rows // g // PMAX), dims, g)
-    tile_dims = dims if bands == 1 else (
-        replace(dims[0], size_in=_band_in(dims[0], dims[0].size_out // bands),
-                size_out=dims[0].size_out // bands), *dims[1:])
+    if per_row > TILE_BUDGET:  # the plane does not fit whole: dim 0 in bands that do
+        g, bands = 1, _fitting_bands(dims, kind)
+    else:
+        g = _rows_per_partition(rows, per_row)
+        bands = _bands(-(-rows // g // PMAX), dims, g)
+    tile_dims = dims if bands == 1 else _banded(dims, bands)
     tile_fn = _emit_tile(kernel, tile_dims, kind, op, outputs[0].dtype, g,
                          dims[0].step if bands > 1 else 0)
     body = kernel.body
@@ -125,11 +125,38 @@ def emit_pool(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
         emit_grid(body, [Axis("r", rows // g, PMAX)],
                   f"{tile_fn}(x_v, out_v, {{r0}}, {{rsz}})", "affine_range")
         return
-    body.comment(f"{bands} bands of {tile_dims[0].size_out} output rows of dim 0: a band's "
-                 "passes overlap the next band's load")
+    why = (f"a row's whole plane ({per_row} bytes) is over the {TILE_BUDGET}-byte tile budget"
+           if per_row > TILE_BUDGET else "a band's passes overlap the next band's load")
+    body.comment(f"{bands} bands of {tile_dims[0].size_out} output rows of dim 0: {why}")
     emit_grid(body, [Axis("r", rows // g, PMAX), Axis("b", dims[0].size_out,
                                                       tile_dims[0].size_out)],
               f"{tile_fn}(x_v, out_v, {{r0}}, {{rsz}}, {{b0}})", "affine_range")
+
+
+def _banded(dims: tuple[Dim, ...], bands: int) -> tuple[Dim, ...]:
+    """The dims one band of dim 0's output rows sees (`bands` divides dim 0's output)."""
+    rows = dims[0].size_out // bands
+    return (replace(dims[0], size_in=_band_in(dims[0], rows), size_out=rows), *dims[1:])
+
+
+def _fitting_bands(dims: tuple[Dim, ...], kind: str) -> int:
+    """Bands of dim 0's output rows for a plane over TILE_BUDGET: the fewest (a divisor of
+    dim 0's output, so every band has the same rows) whose plane and passes fit TILE_BUDGET,
+    else ROW_LIMIT; a LayoutError when even one output row is over ROW_LIMIT or the pool
+    is padded (a band's plane is then no plain slab of the input)."""
+    per_row = _row_bytes(dims, kind)
+    if _padded(dims):
+        raise LayoutError(f"padded pooling needs {per_row} bytes per row in SBUF (over "
+                          f"{TILE_BUDGET}); only unpadded pools run in bands of rows")
+    out = dims[0].size_out
+    counts = [b for b in range(2, out + 1) if out % b == 0]
+    for limit in (TILE_BUDGET, ROW_LIMIT):
+        fits = [b for b in counts if _row_bytes(_banded(dims, b), kind) <= limit]
+        if fits:
+            return fits[0]
+    one = _row_bytes(_banded(dims, out), kind) if out > 1 else per_row
+    raise LayoutError(f"pooling needs {one} bytes per row in SBUF (over {ROW_LIMIT}) even "
+                      "one output row of dim 0 at a time")
 
 
 def _band_in(d: Dim, out_rows: int) -> int:

@@ -104,3 +104,35 @@ class TestBandsOfALoneTile:
         report = estimate(namespace[lowered.function], ((1, 128, 64, 64), "float32"),
                           target="trn1")
         assert report.makespan_us < 17.5
+
+
+#: planes over the tile budget (unpadded): dim 0's output rows run in bands that fit
+#: (KernelBench level 2 pools after a conv: 10, 3, 38, 55, 65, 72, 74, 78, 82, 89, 8, 96)
+OVER_BUDGET = {
+    "max1d_long_row": ("nn.MaxPool1d(2)", (2, 1, 65536)),
+    "max2d_wide_plane": ("nn.MaxPool2d(4)", (1, 3, 254, 254)),
+    "avg3d_deep_plane": ("nn.AvgPool3d(2)", (1, 2, 32, 64, 64)),
+}
+
+
+class TestPlanesOverBudget:
+    """A row's plane over the tile budget is pooled band by band, not declined."""
+
+    @pytest.mark.parametrize("name", sorted(OVER_BUDGET))
+    def test_matches_torch(self, name: str) -> None:
+        ctor, shape = OVER_BUDGET[name]
+        task = make_task(module_source("self.pool(x)", init=f"        self.pool = {ctor}"),
+                         [shape])
+        source = lower_ok(task).source
+        assert "tile budget" in source and "def pool_rows(x_v, out_v, r0, p, b0):" in source
+        check_on_sim(task)
+
+    def test_padded_plane_over_budget_declines_saying_why(self) -> None:
+        from nkibot.convert.models.lowering import Declined, lower_task
+
+        task = make_task(module_source("self.pool(x)",
+                                       init="        self.pool = nn.MaxPool2d(3, padding=1)"),
+                         [(1, 2, 256, 256)])
+        result = lower_task(task)
+        assert isinstance(result, Declined)
+        assert "only unpadded pools run in bands" in result.reason
