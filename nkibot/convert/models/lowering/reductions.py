@@ -122,3 +122,49 @@ def _arg_reduction(peak: str) -> Handler:
 
 
 HANDLERS.update(argmax=_arg_reduction("rmax"), argmin=_arg_reduction("rmin"))
+
+
+#: The most values `topk` unrolls into (one max, one first index and one knock-out each).
+TOPK_MAX = 16
+
+
+@register("topk")
+def _topk(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    """torch.topk(x, k, dim) along one dim: k rounds of (max, first index of it, knock it
+    out with -inf), the values and indices then placed in their columns by a column iota.
+
+    The indices of tied values are the first ones in each round (torch's CPU kernel leaves
+    the order of ties unspecified)."""
+    x, count = tensor(a[0]), int(str(get(a, k, 1, "k")))
+    shape = s.shape(x)
+    dims = norm_dims(get(a, k, 2, "dim", -1), len(shape))
+    largest = bool(get(a, k, 3, "largest", True))
+    if not 1 <= count <= TOPK_MAX:
+        raise Unsupported("aten.topk.default", f"k={count} (at most {TOPK_MAX} are unrolled)")
+    dim = dims[0]
+    n = shape[dim]
+    peak, gone = ("rmax", -math.inf) if largest else ("rmin", math.inf)
+    index = s.emit("iota", shape=tuple(d if i == dim else 1 for i, d in enumerate(shape)))
+    current: Arg = x
+    tops, firsts = [], []
+    for round_ in range(count):
+        tops.append(s.reduce(peak, current, (dim,), True))
+        hit = s.emit("eq", current, tops[-1])
+        firsts.append(s.reduce("rmin", s.emit("where", hit, index, float(n)), (dim,), True))
+        if round_ < count - 1:
+            current = s.emit("where", s.emit("eq", index, firsts[-1]), gone, current)
+    # the k columns: a layout of their own (the rounds run over the n columns of x)
+    column = s.emit("iota", shape=tuple(count if i == dim else 1 for i in range(len(shape))))
+    values: Arg = 0.0
+    chosen: Arg = 0.0
+    for round_, (top, first) in enumerate(zip(tops, firsts, strict=True)):
+        here = s.emit("eq", column, float(round_))
+        values = s.emit("where", here, top, values)
+        chosen = s.emit("where", here, first, chosen)
+    values = s.emit("copy", values, last=True)
+    dtype, s.dtype = s.dtype, "int64"
+    try:
+        indices_ = s.emit("copy", chosen)
+    finally:
+        s.dtype = dtype
+    return (values, indices_)

@@ -27,6 +27,13 @@ from nkibot.convert.models.lowering.rowwise import Kernel, Output
 LOOKAHEAD = 3
 #: Ops that only relabel a value: never worth a stage of their own at the end of a group.
 RELABEL = frozenset({"view", "copy", "transpose", "slice"})
+#: Constants (an index iota, a fill) that read nothing: rebuilt in each stage that uses
+#: them, never stored to scratch (a column iota alone is no stage any emitter writes).
+CONSTANT = frozenset({"iota", "fill", "zeros"})
+
+
+def _constant(op: Op) -> bool:
+    return op.op in CONSTANT and not any(isinstance(a, Ref) for a in op.args)
 
 
 @dataclass(frozen=True)
@@ -55,8 +62,9 @@ class Scheduler:
 
     Relabels (reshape, transpose, slice, copy) are access patterns, not work: they are left
     out of the op sequence and pulled into each stage that reads them, over the value they
-    relabel. An output that is a reshape of a computed value has that value written straight
-    into the output tensor, seen with the value's shape (`aliases`).
+    relabel. Constants (iota, fill) are rebuilt in each stage that reads them. An output
+    that is a reshape of a computed value has that value written straight into the output
+    tensor, seen with the value's shape (`aliases`).
     """
 
     def __init__(self, graph: Graph, outputs: Sequence[Output], taken: set[str]) -> None:
@@ -80,7 +88,7 @@ class Scheduler:
         self.homes = {op.name: (self.final[op.name].var if op.name in self.final
                                 else names.fresh(f"{op.name}_hbm")) for op in graph.ops}
         self.sequence = [op for op in graph.ops
-                         if op.op not in RELABEL or op.name in self.final]
+                         if (op.op not in RELABEL and not _constant(op)) or op.name in self.final]
         self.taken = names.taken
         self.names = names
         self.view_vars: dict[str, str] = {}  # a reshape of a computed value -> its variable
@@ -147,6 +155,9 @@ class Scheduler:
             views[var] = f"{self.homes[base]}.reshape({op.shape or (1,)!r})"
             leaves.setdefault(var, Leaf(var, op.shape, op.dtype, "stage", name))
             return Ref(var)
+        if op is not None and _constant(op) and name not in self.final:
+            body.append(op)
+            return ref
         if op is not None and op.op in RELABEL and name not in self.final:
             args = tuple(self._pull(a, made, found, body) if isinstance(a, Ref) else a
                          for a in op.args)

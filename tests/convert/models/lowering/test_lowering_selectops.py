@@ -32,6 +32,10 @@ CASES = [
     ("x - torch.max(x, dim=1, keepdim=True).values", "x", [(4, 64)]),
     ("torch.min(x, -1).indices", "x", [(4, 64)]),
     ("torch.max(x, 1)[1]", "x", [(4, 64)]),
+    # topk: k rounds of max, first index and knock-out; values and int64 indices
+    ("torch.topk(x, 3, dim=-1).values * 2", "x", [(4, 64)]),
+    ("torch.topk(x, 2, dim=1, largest=False)", "x", [(130, 24)]),
+    ("torch.topk(torch.softmax(x, dim=-1), 2)", "x", [(4, 8)]),
     # adaptive pooling
     ("F.adaptive_avg_pool2d(x, 1)", "x", [(2, 4, 8, 8)]),
     ("F.adaptive_max_pool2d(x, (1, 1)).flatten(1) * 3", "x", [(2, 4, 8, 8)]),
@@ -56,6 +60,16 @@ class TestSelectOps:
         check_on_sim(make_task(module_source("self.norm(x)", init=init), [(2, 4, 8, 16)]))
         check_on_sim(make_task(module_source("F.relu(self.norm(x)) + x", init=init),
                                [(2, 4, 8, 16)]))
+
+    def test_topk_router_composition(self) -> None:
+        """Mixtral's router: gate logits, softmax, top-2, renormalised. The rounds and the
+        [N, k] assembly are stages of their own layouts, and the column iotas are rebuilt in
+        each stage that reads them (a lone iota was no stage: "class indices must run along
+        the free dim")."""
+        init = "        self.gate = nn.Linear(32, 8, bias=False)"
+        expr = ("(lambda w: (w[0] / w[0].sum(dim=-1, keepdim=True), w[1]))("
+                "torch.topk(F.softmax(self.gate(x), dim=1, dtype=torch.float), 2, dim=-1))")
+        check_on_sim(make_task(module_source(expr, init=init), [(96, 32)]))
 
     def test_training_dropout_declined(self) -> None:
         """F.dropout with its default training=True is random: declined with the fix."""
