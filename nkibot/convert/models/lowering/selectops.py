@@ -183,6 +183,27 @@ def _dropout(s: Sink, a: list[object], k: dict[str, object]) -> object:
 
 # ---- gathers ---------------------------------------------------------------------------
 
+def _range(s: Sink, ids: Arg) -> tuple[float, float] | None:
+    """(start, step) when `ids` is an arange (an iota, scaled and shifted, reshaped)."""
+    scale, shift = 1.0, 0.0
+    while isinstance(ids, Ref):
+        op = s.graph.op(ids.name)
+        if op is None:
+            return None
+        if op.op == "iota":
+            return shift, scale
+        other = op.args[1] if len(op.args) > 1 else None
+        if op.op == "view":
+            ids = op.args[0]
+        elif op.op in ("add", "mul") and isinstance(other, int | float):
+            shift, scale = (shift + scale * other, scale) if op.op == "add" else (
+                shift, scale * other)
+            ids = op.args[0]
+        else:
+            return None
+    return None
+
+
 @register("embedding")
 def _embedding(s: Sink, a: list[object], k: dict[str, object]) -> object:
     ids, table = tensor(a[0]), tensor(get(a, k, 1, "weight"))
@@ -190,6 +211,16 @@ def _embedding(s: Sink, a: list[object], k: dict[str, object]) -> object:
         raise Unsupported("aten.embedding_renorm.default", "max_norm renormalises the table")
     if not isinstance(table, Ref) or len(s.shape(table)) != 2:
         raise Unsupported("aten.embedding.default", "a table that is not a 2-D tensor")
+    found = _range(s, ids)
+    rows, width = s.shape(table)
+    count = math.prod(s.shape(ids))
+    if found is not None and found[1] == 1 and found[0] == int(found[0]) and (
+            found[0] >= 0 and found[0] + count <= rows):
+        # positions arange(a, a + n): rows a..a+n of the table, a window read in place
+        start = int(found[0])
+        window = s.emit("subscript", table, shape=(count, width),
+                        index=(("slice", start, start + count, None),))
+        return s.emit("view", window, shape=out_shape(k), last=True)
     return s.emit("gather", table, ids, shape=out_shape(k), last=True)
 
 

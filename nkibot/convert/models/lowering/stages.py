@@ -26,7 +26,7 @@ from nkibot.convert.models.lowering.rowwise import Kernel, Output
 #: How many ops past a failing one a group may grow to before it is closed.
 LOOKAHEAD = 3
 #: Ops that only relabel a value: never worth a stage of their own at the end of a group.
-RELABEL = frozenset({"view", "copy", "transpose", "slice"})
+RELABEL = frozenset({"view", "copy", "transpose", "slice", "subscript"})
 #: Constants (an index iota, a fill) that read nothing: rebuilt in each stage that uses
 #: them, never stored to scratch (a column iota alone is no stage any emitter writes).
 CONSTANT = frozenset({"iota", "fill", "zeros"})

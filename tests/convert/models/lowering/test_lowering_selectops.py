@@ -127,6 +127,18 @@ class TestGather:
         init = self.EMB + "\n        self.norm = nn.LayerNorm(96)"
         _gather_check("self.norm(self.emb(ids) * 2.0 + x0)", init, (2, 16), 50, [(2, 16, 96)])
 
+    def test_positions_by_arange(self) -> None:
+        """GPT-2's input embedding: the positions are arange(seq) (from 2 too), so the
+        position table is read as a window of rows, no gather ("torch.arange does not lower
+        even as its own stage" before)."""
+        init = self.EMB + "\n        self.pos = nn.Embedding(40, 96)"
+        source = _gather_check("self.emb(ids) + self.pos(torch.arange(ids.shape[-1], "
+                               "dtype=torch.long, device=ids.device).unsqueeze(0))",
+                               init, (3, 24), 50)
+        assert source.count("vector_offset=") == 1
+        _gather_check("self.emb(ids) + self.pos(torch.arange(2, ids.shape[-1] + 2))", init,
+                      (3, 24), 50)
+
     def test_index_select_rows(self) -> None:
         """index_select(table, 0, ids) of a parameter table is the same gather."""
         init = "        self.table = nn.Parameter(torch.randn(40, 32))"

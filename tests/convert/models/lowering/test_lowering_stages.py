@@ -165,3 +165,17 @@ def test_groupnorm_too_big_for_its_emitter_is_expanded(groups: int, channels: in
     task = make_task(module_source("torch.relu(self.g(x))", init=init), [shape])
     assert any("g_rstd" in line or "g_scaled" in line for line in lower_ok(task).plan)
     check_on_sim(task, tol=1e-3)
+
+
+def test_slice_of_a_parameter_is_read_in_place() -> None:
+    """Rotary's `cos_cached[:T]` is an access pattern pulled into the stage that reads it,
+    not a value copied to scratch (stages wrote each window or half as getitem_hbm before,
+    and the next stage read that copy)."""
+    init = ("        self.register_buffer('c', torch.randn(64, 32))\n"
+            "        self.register_buffer('s', torch.randn(64, 32))")
+    expr = ("x * self.c[:x.shape[-2]] + torch.cat((-x[..., 16:], x[..., :16]), dim=-1) "
+            "* self.s[:x.shape[-2]]")
+    task = make_task(module_source(expr, init=init), [(2, 3, 40, 32)])
+    plan = lower_ok(task).plan
+    assert plan and not any("getitem" in line.split("writes")[1] for line in plan), plan
+    check_on_sim(task)
