@@ -10,7 +10,11 @@ from nkibot.convert.models.lowering.builder import nl_dtype
 from nkibot.convert.models.lowering.ir import Graph, Ref
 from nkibot.convert.models.lowering.ladder import emit_group
 from nkibot.convert.models.lowering.layout import LayoutError, resolve
-from nkibot.convert.models.lowering.rewrite import expand_norms, split_long_reductions
+from nkibot.convert.models.lowering.rewrite import (
+    expand_norms,
+    split_long_reductions,
+    split_wide_convs,
+)
 from nkibot.convert.models.lowering.rowwise import Kernel, Output
 from nkibot.convert.models.lowering.stages import (
     Scheduler,
@@ -137,7 +141,8 @@ def _lower(graph: Graph, entry: str, choices: dict[str, str]
     except LayoutError as exc:
         try:
             kernel, outputs = _start(graph, choices)
-            staged = split_long_reductions(expand_norms(graph, lowers_alone(graph, kernel)))
+            staged = split_long_reductions(expand_norms(split_wide_convs(graph),
+                                                        lowers_alone(graph, kernel)))
             sched = Scheduler(staged, outputs, kernel.names.taken)
             stages = partition(sched, trial(kernel))
             kernel.names.taken |= sched.taken

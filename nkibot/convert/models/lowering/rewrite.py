@@ -8,6 +8,10 @@ and elementwise ops (below).
 (a reshape), each chunk reduced, then the `k` partials reduced. Each half is an ordinary
 row reduction the row-wise emitter tiles, and the scheduler puts them in two stages
 joined by a small HBM scratch tensor of partials.
+
+`split_wide_convs`: a convolution contracting over more than 128 input channels (one
+group) becomes a sum of convolutions over channel chunks of at most 128 (the input and
+the weight narrowed to each chunk, the bias on the first), each an ordinary conv stage.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from nkibot.convert.models.lowering.ir import Arg, Graph, Op, Ref
 LONG_ROW = 16384  # elements: two fp32 rows of this length take 128 KiB of a partition
 CHUNK = 4096  # the longest chunk a split row is cut into (16 KiB of fp32)
 SPLIT = frozenset({"rsum", "rmax", "rmin"})
+PMAX = 128  # partitions: the most input channels one conv contracts on the PE
 
 
 def _trailing(op: Op, shape: tuple[int, ...]) -> bool:
@@ -109,3 +114,49 @@ def _norm_ops(op: Op, kind: str) -> list[Op]:
         y = emit(f"affine{i}", fold, (y, emit(f"param{i}", "view", (param,), affine)), shape)
     last = ops.pop()
     return [*ops, replace(last, name=op.name, dtype=op.dtype)]
+
+
+def split_wide_convs(graph: Graph) -> Graph:
+    """The graph with each ungrouped convolution over more than PMAX input channels written
+    as a sum over channel chunks (see module doc). The partial results are fp32; the last
+    add takes the conv's name and dtype."""
+    ops: list[Op] = []
+    for op in graph.ops:
+        x, w = (*op.args, None, None)[:2]
+        if (op.op != "conv" or not isinstance(x, Ref) or not isinstance(w, Ref)
+                or graph.shape_of(x)[1] <= PMAX or op.attr("groups", 1) != 1):
+            ops.append(op)
+            continue
+        cin = graph.shape_of(x)[1]
+        k = -(-cin // PMAX)
+        sizes = [cin // k + (i < cin % k) for i in range(k)]
+        w_dim = 0 if op.attr("transposed", False) else 1
+        x_shape, w_shape = graph.shape_of(x), graph.shape_of(w)
+        total: Ref | None = None
+        start = 0
+        for i, size in enumerate(sizes):
+            xs = Op(f"{op.name}_x{i}", "narrow", (x,), (*x_shape[:1], size, *x_shape[2:]),
+                    _dtype(graph, x), op.origin, (("start", start), ("dim", 1)))
+            ws = Op(f"{op.name}_w{i}", "narrow", (w,),
+                    tuple(size if d == w_dim else n for d, n in enumerate(w_shape)),
+                    _dtype(graph, w), op.origin, (("start", start), ("dim", w_dim)))
+            bias = op.args[2:] if i == 0 else ()
+            part = Op(f"{op.name}_part{i}", "conv", (Ref(xs.name), Ref(ws.name), *bias),
+                      op.shape, "float32", op.origin, op.attrs)
+            ops += [xs, ws, part]
+            if total is not None:
+                last = i == k - 1
+                ops.append(Op(op.name if last else f"{op.name}_sum{i}", "add",
+                              (total, Ref(part.name)), op.shape,
+                              op.dtype if last else "float32", op.origin))
+                total = Ref(ops[-1].name)
+            else:
+                total = Ref(part.name)
+            start += size
+    return Graph(graph.leaves, ops, graph.outputs, graph.constants)
+
+
+def _dtype(graph: Graph, ref: Ref) -> str:
+    found = graph.leaf(ref.name) or graph.op(ref.name)
+    assert found is not None, ref.name
+    return found.dtype

@@ -235,6 +235,37 @@ class TestDepthwiseAndChains:
         check_on_sim(task)
 
 
+#: more than 128 input channels in one group: a sum of convs over channel chunks
+#: (KernelBench level 3 DenseNet, SqueezeNet, RegNet, MobileNet, EfficientNet)
+WIDE = {
+    "conv2d_256_in": ("nn.Conv2d(256, 64, 3, padding=1)", (2, 256, 16, 16)),
+    "conv2d_136_in_no_bias": ("nn.Conv2d(136, 32, 1, bias=False)", (2, 136, 8, 8)),
+    "tconv2d_200_in": ("nn.ConvTranspose2d(200, 16, 3, stride=2)", (1, 200, 8, 8)),
+}
+
+
+class TestWideContraction:
+    @pytest.mark.parametrize("name", sorted(WIDE))
+    def test_channel_chunks_match_torch(self, name: str) -> None:
+        """Cin > 128: one conv stage per chunk of <= 128 channels (even chunks: 136 is
+        68 + 68), the partials added in fp32, the bias on the first."""
+        ctor, shape = WIDE[name]
+        task = make_task(module_source("torch.relu(self.c(x))", init=f"        self.c = {ctor}"),
+                         [shape])
+        plan = lower_ok(task).plan
+        assert sum(line.startswith("conv group") for line in plan) == 2, plan
+        check_on_sim(task)
+
+    def test_grouped_wide_contraction_still_declines(self) -> None:
+        from nkibot.convert.models.lowering import Declined, lower_task
+
+        task = make_task(module_source("self.c(x)",
+                                       init="        self.c = nn.Conv2d(512, 8, 1, groups=2)"),
+                         [(1, 512, 4, 4)])
+        result = lower_task(task)
+        assert isinstance(result, Declined) and "256 input channels per group" in result.reason
+
+
 POOLS = {
     "max1d": ("nn.MaxPool1d(8, stride=1, padding=4, dilation=3)", (2, 5, 70)),
     "max2d": ("nn.MaxPool2d(3, stride=2, padding=1, dilation=2)", (2, 3, 21, 18)),
