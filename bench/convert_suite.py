@@ -126,7 +126,7 @@ def lower_only(path: Path, root: Path, entry: str, max_elements: int | None) -> 
 def _lower(path: Path, root: Path, entry: str, max_elements: int | None
            ) -> tuple[Outcome, tuple[str, Any, Any] | None]:
     """The lowering's decision as an Outcome, and for a kernel (source, task, Lowered)."""
-    from nkibot.convert.models.lowering import Declined, lower_task
+    from nkibot.lowering import Declined, lower_task
 
     category = category_of(path, root)
     started = time.monotonic()
@@ -250,7 +250,7 @@ def _lowering_declines(task: object) -> str | None:
     Runs the lowering in this process (it executes the task file, as the shrinking does):
     a decline costs no reference run and its time is the lowering's alone.
     """
-    from nkibot.convert.models.lowering import Declined, lower_task
+    from nkibot.lowering import Declined, lower_task
 
     with LOWERING:
         result = lower_task(task)  # type: ignore[arg-type]

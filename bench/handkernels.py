@@ -128,7 +128,7 @@ def aws_time(sdk: Path, row: Row, target: str) -> tuple[float | None, str]:
 
 def nkibot_time(row: Row, target: str) -> tuple[float | None, str]:
     """nkibot's lowering of the row's module, its modelled µs (or None and why)."""
-    from nkibot.convert.models.lowering import Declined, lower_task
+    from nkibot.lowering import Declined, lower_task
     from nkibot.sim import activate
     from nkibot.sim.cost import estimate
 

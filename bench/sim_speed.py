@@ -123,8 +123,8 @@ def kernelbench(root: Path, reps: int, only: list[str] | None) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from shrink import shrink_source
 
-    from nkibot.convert.models.lowering import Lowered, lower_task
     from nkibot.convert.taskload import load_task
+    from nkibot.lowering import Lowered, lower_task
     from nkibot.sim import stats
     from nkibot.task import describe_kernel_args
     from nkibot.verify.protocol import random_array, to_kernel_dtype

@@ -67,7 +67,7 @@ def _source_file(case: str, kb: Path, scratch: Path, max_elements: int | None) -
 # ---- the child: one `nkibot convert`, instrumented --------------------------------------
 
 def _child_kind(command: list[str], stdin: bytes) -> str:
-    if any("nkibot.convert.models.lowering" in a for a in command):
+    if any("nkibot.lowering" in a for a in command):
         return "lowering child"
     try:
         request = json.loads(stdin or b"{}")

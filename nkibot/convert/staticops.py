@@ -19,8 +19,8 @@ with warnings.catch_warnings():
     import libcst.matchers as m
 
 from nkibot.convert.discovery import dotted
-from nkibot.convert.models.lowering import catalogue
-from nkibot.convert.models.lowering.catalogue import LOWERED_MODULES
+from nkibot.lowering.frontend import catalogue
+from nkibot.lowering.frontend.catalogue import LOWERED_MODULES
 
 __all__ = ["LOWERED_MODULES", "ForwardOps", "covered_op", "forward_ops"]
 

@@ -8,8 +8,8 @@ import pytest
 from pydantic import SecretStr
 
 from nkibot.config.settings import Settings
-from nkibot.convert.models.lowering.catalogue import hint
 from nkibot.convert.pipeline import ConvertOptions, convert, kernel_path
+from nkibot.lowering.frontend.catalogue import hint
 from nkibot.results import TurnRecord
 from nkibot.task import InputSpec, Task
 from tests.convert.agent.episode import GOOD, NUMERIC_BUG, SimTask, sim_task

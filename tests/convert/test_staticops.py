@@ -8,8 +8,8 @@ from pydantic import ValidationError
 from nkibot.config.repo import RepoConfig
 from nkibot.config.targets import TargetError, validate_target
 from nkibot.convert.discovery import cst
-from nkibot.convert.models.lowering.modules import _MODULES
 from nkibot.convert.staticops import LOWERED_MODULES, forward_ops
+from nkibot.lowering.frontend.modules import _MODULES
 
 SRC = '''
 class M(nn.Module):

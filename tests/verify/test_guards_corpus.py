@@ -89,8 +89,8 @@ class TestHonestCorpus:
 class TestLoweringOutput:
     def test_lowered_kernels_pass(self) -> None:
         """The lowering's kernels for every module its tests convert pass the rules."""
-        from tests.convert.models.lowering import test_lowering_sim as cases
-        from tests.convert.models.lowering.lowering_support import (
+        from tests.lowering import test_lowering_sim as cases
+        from tests.lowering.lowering_support import (
             lower_ok,
             make_task,
             module_source,

@@ -139,7 +139,7 @@ def build_router(
 
 def _lowering() -> ModelBackend | None:
     try:
-        from nkibot.convert.models.lowering import LoweringBackend
+        from nkibot.convert.models.lowering_backend import LoweringBackend
     except ImportError:
         return None
     backend: ModelBackend = LoweringBackend()

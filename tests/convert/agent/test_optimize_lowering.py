@@ -11,13 +11,14 @@ from nkibot.backends.sim import SimBackend
 from nkibot.config.settings import Settings
 from nkibot.convert.agent.loop import LoopOutcome, run_loop
 from nkibot.convert.models.base import Conversation, Message, ToolResult
-from nkibot.convert.models.lowering import Declined, Lowered, LoweringBackend, lower_task
-from nkibot.convert.models.lowering.plan import Variant
+from nkibot.convert.models.lowering_backend import LoweringBackend
 from nkibot.convert.models.router import Router
+from nkibot.lowering import Declined, Lowered, lower_task
+from nkibot.lowering.plan import Variant
 from nkibot.task import Task, describe_kernel_args
 from nkibot.verify.reference import compute_reference
 from tests.convert.agent.episode import Children
-from tests.convert.models.lowering.lowering_support import make_task, module_source, simulate
+from tests.lowering.lowering_support import make_task, module_source, simulate
 
 MATMUL = module_source("torch.matmul(x, y)", args="x, y")
 SHAPES = [(256, 256), (256, 1024)]

@@ -28,7 +28,7 @@ def test_the_figures_import_without_the_simulator() -> None:
     sim = ("nkibot.sim.runtime", "nkibot.sim.cost.schedule", "ml_dtypes")
     assert _loaded("nkibot.sim.cost.quick", ("numpy", *sim)) == []
     # the lowering's choosers use them without loading the simulator
-    assert _loaded("nkibot.convert.models.lowering.convfold", sim) == []
+    assert _loaded("nkibot.lowering.schedule.convfold", sim) == []
 
 
 @pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
@@ -47,7 +47,9 @@ def test_quick_estimates_are_the_model_s_rules(target: str) -> None:
 
 
 def test_the_lowering_budgets_are_fractions_of_the_model_s_sbuf() -> None:
-    from nkibot.convert.models.lowering import conv, convband, convfold, matmul, rowwise
+    from nkibot.lowering.emit import matmul, rowwise
+    from nkibot.lowering.emit.conv import conv, convband
+    from nkibot.lowering.schedule import convfold
 
     assert quick.SBUF_BYTES == 192 * 1024 == C.TRN1.sbuf_bytes
     assert conv.PLANE_BUDGET == 120 * 1024 and matmul.PANEL_BUDGET == 136 * 1024

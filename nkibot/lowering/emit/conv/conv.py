@@ -1,0 +1,528 @@
+"""Convolution on the Tensor Engine: a sum over kernel taps of shifted matmuls in PSUM.
+
+For one group, batch element and output tile, every tap t contributes
+`w[:, :, t].T @ window_t(x)`: the input channels (<= 128) contract on the partitions, the
+output channels (<= 128 per tile) are the stationary side and up to 512 output positions
+the moving side, all taps accumulating into one fp32 PSUM tile. `window_t` is a strided
+view of the zero-padded input plane held in SBUF (start `o * stride + k * dilation`).
+
+A transposed convolution is the same sum over a zero-*inserted* plane: input element i
+lands at `i * stride + dilation * (K - 1) - padding`, the windows have step 1 and the taps
+run flipped (a strided one runs by output phase over the original plane instead when it
+fits: convphase.py). Weights are loaded once per group and stay resident across batch elements
+and output tiles; the input plane is loaded once per batch element.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
+from nkibot.lowering.emit.conv import depthwise
+from nkibot.lowering.emit.rowwise import Kernel, Output
+from nkibot.lowering.frontend.ir import Op, Ref
+from nkibot.lowering.schedule import convfold
+from nkibot.lowering.schedule.convfold import Fold
+from nkibot.lowering.schedule.layout import LayoutError, Resolved
+from nkibot.sim.cost.quick import SBUF_BYTES
+
+NMAX = 512  # gemm_moving_fmax: output positions per matmul (one fp32 PSUM bank)
+PLANE_BUDGET = SBUF_BYTES * 5 // 8  # bytes per partition for the resident input plane and weights
+# output rows per band of a plane over the budget (whole tiles; at least one): a band's
+# tiles wait for all its loads, and by the cost model bands of 8 rows beat bigger ones
+# (KernelBench 54: 0.207 at 8 rows, 0.149 at 26; model estimate trn1)
+BAND_ROWS = 8
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One spatial dim: input/output extent, taps, and where input element i lands."""
+
+    size_in: int
+    size_out: int
+    taps: int
+    step: int  # window stride in the padded plane (the conv stride; 1 when transposed)
+    dil: int
+    up: int  # input element i lands at i * up + lead (up = stride when transposed)
+    lead: int
+
+    @property
+    def plane(self) -> int:
+        """Length of the padded (and zero-inserted) plane the windows read."""
+        return (self.size_out - 1) * self.step + (self.taps - 1) * self.dil + 1
+
+    def placed(self) -> tuple[int, int, int]:
+        """(first input index, count, first plane index) of the input that lands in the plane."""
+        lo = max(0, -(self.lead // self.up) if self.lead < 0 else 0)
+        while lo * self.up + self.lead < 0:
+            lo += 1
+        hi = min(self.size_in, (self.plane - 1 - self.lead) // self.up + 1)
+        return lo, max(hi - lo, 0), lo * self.up + self.lead
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    batch: int
+    cin: int
+    cout: int
+    groups: int
+    dims: tuple[Dim, ...]
+    transposed: bool
+    # torch groups stacked in one group here (block-diagonal weights: convband.stack)
+    stack: int = 1
+
+    @property
+    def cin_g(self) -> int:
+        return self.cin // self.groups
+
+    @property
+    def cout_g(self) -> int:
+        return self.cout // self.groups
+
+    @property
+    def taps(self) -> int:
+        return math.prod(d.taps for d in self.dims)
+
+
+def _ints(value: object, n: int) -> tuple[int, ...]:
+    items = value if isinstance(value, tuple | list) else (value,) * n
+    return tuple(int(str(v)) for v in items)
+
+
+def conv_spec(op: Op, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> ConvSpec:
+    n = len(x_shape) - 2
+    stride, pad = _ints(op.attr("stride", 1), n), _ints(op.attr("padding", 0), n)
+    dil, groups = _ints(op.attr("dilation", 1), n), int(str(op.attr("groups", 1)))
+    transposed = bool(op.attr("transposed", False))
+    taps = w_shape[2:]
+    dims = []
+    for i in range(n):
+        if transposed:
+            dims.append(Dim(x_shape[2 + i], op.shape[2 + i], taps[i], 1, dil[i], stride[i],
+                            dil[i] * (taps[i] - 1) - pad[i]))
+        else:
+            dims.append(Dim(x_shape[2 + i], op.shape[2 + i], taps[i], stride[i], dil[i], 1,
+                            pad[i]))
+    return ConvSpec(x_shape[0], x_shape[1], op.shape[1], groups, tuple(dims), transposed)
+
+
+def _tiles(spec: ConvSpec) -> tuple[int, ...]:
+    """Output-position tile per spatial dim: innermost first, up to 512 positions."""
+    sizes: list[int] = []
+    room = NMAX
+    for d in reversed(spec.dims):
+        t = max(1, min(d.size_out, room))
+        sizes.insert(0, t)
+        room = room // t if t == d.size_out else 1
+    return tuple(sizes)
+
+
+def _leaf(res: Resolved, arg: object, what: str) -> str:
+    if not isinstance(arg, Ref) or res.target(arg.name) not in res.views:
+        raise LayoutError(f"convolution {what} is computed; only inputs and parameters are "
+                          "lowered")
+    view = res.views[res.target(arg.name)]
+    if view.transposed or view.sliced or view.shape != view.leaf.shape:
+        raise LayoutError(f"convolution {what} is a view of an input")
+    return view.leaf.name
+
+
+def emit_conv(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
+    """A lone conv, or a chain of convs each reading the previous one's result (e.g. a
+    depthwise-separable block): every conv but the last writes an fp32 HBM scratch tensor."""
+    convs = [op for op in res.ops if op.op == "conv"]
+    if len(convs) != len(res.ops) or len(outputs) != 1 or (
+            res.target(outputs[0].name) != convs[-1].name):
+        raise LayoutError("a convolution with other ops in the graph (a lone conv, or a "
+                          "chain of convs, each with its bias, is lowered)")
+    x = _leaf(res, convs[0].args[0], "input")
+    x_leaf = res.graph.leaf(x)
+    assert x_leaf is not None
+    source, shape, dtype = x, x_leaf.shape, x_leaf.dtype
+    for i, op in enumerate(convs):
+        prev = op.args[0]
+        if i and (not isinstance(prev, Ref) or res.target(prev.name) != convs[i - 1].name):
+            raise LayoutError("convolutions that do not form a chain")
+        out = outputs[0]
+        if i < len(convs) - 1:
+            out = Output(op.name, kernel.names.fresh("mid"), op.shape, "float32")
+            kernel.body.comment(f"{op.origin}'s result, read by the next convolution: an fp32 "
+                                "HBM scratch tensor")
+            kernel.body.line(f"{out.var} = nl.ndarray({op.shape!r}, dtype=nl.float32, "
+                             "buffer=nl.hbm)")
+        _emit_one(res, op, kernel, source, shape, dtype, out)
+        source, shape, dtype = out.var, op.shape, "float32"
+
+
+def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int, ...],
+              x_dtype: str, out: Output) -> None:
+    w = _leaf(res, op.args[1], "weight")
+    bias = _leaf(res, op.args[2], "bias") if len(op.args) > 2 else None
+    w_leaf = res.graph.leaf(w)
+    assert w_leaf is not None
+    spec = conv_spec(op, x_shape, w_leaf.shape)
+    if depthwise.fits(spec):
+        depthwise.emit_depthwise(kernel, spec, op.origin, x, w, bias, out)
+        return
+    slab = _check(spec, x_dtype)
+    compute = nl_dtype(x_dtype) if x_dtype in ("bfloat16", "float16") and (
+        w_leaf.dtype == x_dtype) else "nl.float32"
+    kind = "transposed convolution" if spec.transposed else "convolution"
+    kernel.body.comment(f"{op.origin}: {kind}, groups={spec.groups}, {spec.taps} taps")
+    from nkibot.lowering.emit.conv import convphase  # it builds on this module
+
+    phased = convphase.phase_dims(spec)
+    elem = 2 if compute != "nl.float32" else 4
+    from nkibot.lowering.emit.conv import convband
+
+    if phased is not None and convphase.faster(spec, phased):
+        spec = convband.stack(spec, elem, phased=True)
+        phased = convphase.phase_dims(spec)
+        assert phased is not None
+        convphase.emit_phased(kernel, spec, phased, (x, w, bias), out, compute)
+        return
+    if slab is None:
+        spec = convband.stack(spec, elem, phased=False)
+    fold = convfold.choose(spec, elem)
+    if slab is None:
+        fold = convband.choose(spec, fold, elem, PLANE_BUDGET // 4)
+    tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype, slab is not None,
+                                fold)
+    if slab is not None:
+        sizes = {min(slab[0], spec.dims[0].size_out - z0)
+                 for z0 in range(0, spec.dims[0].size_out, slab[0])}
+        bands = {zsz: _emit_slab_helper(kernel, spec, bias is not None, tile_fn, compute,
+                                        (zsz, slab[1]), fold) for zsz in sorted(sizes)}
+        _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab[0], fold)
+    else:
+        _emit_body(kernel, spec, x, w, bias, out, {0: tile_fn}, compute, None, fold)
+
+def _check(spec: ConvSpec, dtype: str) -> tuple[int, int] | None:
+    """None when the whole plane fits SBUF, else (output rows per band, per tile)."""
+    if spec.cin_g > PMAX:
+        raise LayoutError(f"convolution with {spec.cin_g} input channels per group (the "
+                          f"contraction is tiled up to {PMAX})")
+    room = PLANE_BUDGET // 4 - spec.cout_g * spec.taps
+    plane = math.prod(d.plane for d in spec.dims)
+    if plane <= room:
+        return None
+    # slab mode: bands of whole output tiles of the first spatial dim (their halo included)
+    t0 = _tiles(spec)[0]
+    d0, rest = spec.dims[0], math.prod(d.plane for d in spec.dims[1:])
+    while t0 > 1 and _slab(d0, t0) * rest > room:
+        t0 = max(1, t0 // 2)
+    if _slab(d0, t0) * rest > room:
+        raise LayoutError(f"convolution plane of {plane} elements per partition exceeds the "
+                          f"SBUF budget ({PLANE_BUDGET // 1024} KiB) even one output row at a "
+                          "time")
+    rows = t0
+    while rows + t0 <= min(d0.size_out, BAND_ROWS) and _slab(d0, rows + t0) * rest <= room:
+        rows += t0
+    return rows, t0
+
+def _slab(d: Dim, rows: int) -> int:
+    """Plane rows that `rows` output rows read."""
+    return (rows - 1) * d.step + (d.taps - 1) * d.dil + 1
+
+
+
+def _emit_bands(body: Block, spec: ConvSpec, rows: int, has_bias: bool,
+                bands: dict[int, str], fold: Fold) -> None:
+    """Bands of `rows` output rows, each loading the input rows it reads (per row shift
+    u0 of the fold: first input row, count, band row); closes the batch and group loops
+    the caller opened."""
+    d0 = spec.dims[0]
+    body.comment(f"bands of {rows} output rows; each loads the input rows it reads")
+    head = "x_v, w_sb, " + ("b_v, " if has_bias else "") + "out_v, n, g"
+    for z0 in range(0, d0.size_out, rows):
+        zsz = min(rows, d0.size_out - z0)
+        shifts = tuple(convfold.shifted(_band(d0, z0, zsz), d0, u0 * d0.dil)
+                       for u0 in range(fold.sizes[0]))
+        body.line(f"{bands[zsz]}({head}, {z0}, {shifts!r})")
+    body.dedent()
+    body.dedent()
+
+def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
+                    tile_fn: str) -> None:
+    """The output tiles over the loaded plane x_sb (channels x positions); closes the batch
+    and group loops the caller opened."""
+    sp = _sp(spec)
+    params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + "out_v, n, g"
+    if fold.rows > 1:
+        from nkibot.lowering.emit.conv import convband
+
+        convband.emit_tile_grid(body, spec, fold, _tiles(grouped(spec, fold)), params, tile_fn)
+    else:
+        fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
+        axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
+            sp, spec.dims, _tiles(spec), strict=True)]
+        emit_grid(body, axes, f"{tile_fn}({params}, {fields})", "affine_range")
+    body.dedent()
+    body.dedent()
+
+def grouped(spec: ConvSpec, fold: Fold) -> ConvSpec:
+    """The spec whose banded dim counts output groups of `fold.rows` rows (the tiles'
+    unit there)."""
+    dims = tuple(Dim(d.size_in, -(-d.size_out // fold.rows), d.taps, d.step, d.dil, d.up,
+                     d.lead) if i == fold.band else d for i, d in enumerate(spec.dims))
+    return ConvSpec(spec.batch, spec.cin, spec.cout, spec.groups, dims, spec.transposed,
+                    spec.stack)
+
+
+def _band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
+    """(first input row, count, slab row it lands on) for output rows z0..z0+zsz."""
+    lo, hi = z0 * d.step, z0 * d.step + _slab(d, zsz)
+    first = max(0, -((d.lead - lo) // d.up))
+    last = min(d.size_in - 1, (hi - 1 - d.lead) // d.up)
+    return first, max(0, last - first + 1), first * d.up + d.lead - lo
+
+
+def _sp(spec: ConvSpec) -> list[str]:
+    return [f"s{i}" for i in range(len(spec.dims))]
+
+
+def emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
+                out: Output) -> None:
+    """The HBM views: weights [groups, Cin/g, Cout/g, K...], bias, input and output."""
+    g_, cin_g, cout_g = spec.groups, spec.cin_g, spec.cout_g
+    ks = ", ".join(str(d.taps) for d in spec.dims)
+    if spec.stack > 1:
+        s, ci, co = spec.stack, cin_g // spec.stack, cout_g // spec.stack
+        body.comment(f"{s} torch groups stacked a group (block-diagonal weights): weight "
+                     f"seen as [groups, {s}, Cin/g, Cout/g, {ks} taps]")
+        if spec.transposed:
+            body.line(f"w_v = {w}.reshape(({g_}, {s}, {ci}, {co}, {ks}))")
+        else:
+            perm = ", ".join(str(i) for i in range(4, 4 + len(spec.dims)))
+            body.line(f"w_v = {w}.reshape(({g_}, {s}, {co}, {ci}, {ks})).permute((0, 1, 3, 2, "
+                      f"{perm}))")
+    elif spec.transposed:
+        body.comment(f"weight [Cin, Cout/g, taps] seen as [groups, Cin/g, Cout/g, {ks} taps]")
+        body.line(f"w_v = {w}.reshape(({g_}, {cin_g}, {cout_g}, {ks}))")
+    else:
+        perm = ", ".join(str(i) for i in range(3, 3 + len(spec.dims)))
+        body.comment(f"weight [Cout, Cin/g, taps] seen as [groups, Cin/g, Cout/g, {ks} taps]")
+        body.line(f"w_v = {w}.reshape(({g_}, {cout_g}, {cin_g}, {ks})).permute((0, 2, 1, "
+                  f"{perm}))")
+    if bias is not None:
+        body.line(f"b_v = {bias}.reshape(({g_}, {cout_g}, 1))")
+    ins = ", ".join(str(d.size_in) for d in spec.dims)
+    outs = ", ".join(str(d.size_out) for d in spec.dims)
+    body.line(f"x_v = {x}.reshape(({spec.batch}, {g_}, {cin_g}, {ins}))")
+    body.line(f"out_v = {out.var}.reshape(({spec.batch}, {g_}, {cout_g}, {outs}))")
+
+
+def _fold_note(spec: ConvSpec, fold: Fold) -> str:
+    taps = " x ".join(str(f) for f in fold.sizes)
+    if fold.rows > 1:
+        return (f"; {taps} blocks on the partitions (block u: the plane shifted by u), "
+                f"{fold.rows} output rows of dim {fold.band} on the columns, each row's "
+                "taps along the band (a banded weight matrix: few output channels fill "
+                "few columns)")
+    return (f"; {taps} taps stacked on the partitions (block u holds tap j * f + u"
+            + (", flipped" if spec.transposed else "") + ")" if fold.blocks > 1 else "")
+
+
+def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None, out: Output,
+               fns: dict[int, str], compute: str, slab: int | None, fold: Fold) -> None:
+    """Weights, then per batch element the plane (or its bands) and the output tiles;
+    `fns` maps each band's row count to its helper (no bands: 0 to the tile helper)."""
+    body = kernel.body
+    emit_views(body, spec, x, w, bias, out)
+    body.line(f"for g in nl.affine_range({spec.groups}):")
+    body.indent()
+    body.comment("weights stay resident for every batch element and output tile of group g"
+                 + _fold_note(spec, fold))
+    convfold.emit_weights(body, spec, fold, compute)
+    body.line(f"for n in nl.affine_range({spec.batch}):")
+    body.indent()
+    if slab is not None:
+        _emit_bands(body, spec, slab, bias is not None, fns, fold)
+        return
+    emit_plane(body, spec, fold, compute)
+    _emit_tile_grid(body, spec, fold, bias is not None, fns[0])
+
+
+def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
+    """x_sb: the padded (zero-inserted when transposed) input plane of batch n, group g,
+    once per partition block of the fold; only the margins no input covers are zeroed."""
+    cin_g = spec.cin_g
+    what = "zero-inserted, padded" if spec.transposed else "zero-padded"
+    copies = f", {fold.blocks} times: block u shifted left by u * dilation" if (
+        fold.blocks > 1) else ": loaded once"
+    body.comment(f"the {what} input plane of batch n, group g{copies}")
+    planes = [d.plane for d in spec.dims]
+    if fold.rows > 1:
+        from nkibot.lowering.emit.conv import convband
+
+        planes = convband.planes(spec, fold)
+    body.line(f"x_sb = nl.ndarray(({cin_g * fold.blocks}, {', '.join(map(str, planes))}), "
+              f"dtype={compute}, buffer=nl.sbuf)")
+    placed = [d.placed() for d in spec.dims]
+    for b, u in enumerate(fold.offsets()):
+        part = f"{b * cin_g}:{(b + 1) * cin_g}"
+        for region in convfold.margins(spec.dims, planes, placed, u, fold.band):
+            _zero(body, part, region)
+        here = convfold.block_slices(spec.dims, placed, u)
+        if here is not None:
+            _place(body, spec, part, here, compute)
+
+
+def _zero(body: Block, part: str, region: list[str]) -> None:
+    body.line(f"nisa.memset(dst=x_sb[{part}, {', '.join(region)}], value=0.0, "
+              "engine=nisa.engine.gpsimd)")
+
+
+def _place(body: Block, spec: ConvSpec, part: str,
+           here: tuple[list[str], list[str], list[str]], compute: str) -> None:
+    """One partition block's input into its plane: a DMA, or a zero-insertion scatter."""
+    dst, src, counts = here
+    cin = spec.cin_g
+    if any(d.up > 1 for d in spec.dims):
+        _scatter(body, spec, f"x_v[n, g, 0:{cin}, {', '.join(src)}]",
+                 f"x_sb[{part}, {', '.join(dst)}]", counts, compute)
+    else:
+        body.line(f"nisa.dma_copy(dst=x_sb[{part}, {', '.join(dst)}], "
+                  f"src=x_v[n, g, 0:{cin}, {', '.join(src)}])")
+
+
+def _scatter(body: Block, spec: ConvSpec, src: str, dst: str, counts: list[str],
+             compute: str) -> None:
+    """Zero-insertion: the input loaded contiguously, then spread to its strided plane
+    positions by the GpSimd engine (an element-wise strided DMA write is one 4-byte
+    descriptor per element, the cost model's slowest DMA)."""
+    shape = ", ".join(str(c) for c in counts)
+    body.comment("zero-insertion: a contiguous load, then an on-chip strided copy (GpSimd)")
+    body.line(f"x_in = nl.ndarray(({spec.cin_g}, {shape}), dtype={compute}, buffer=nl.sbuf)")
+    body.line(f"nisa.dma_copy(dst=x_in, src={src})")
+    body.line(f"nisa.tensor_copy(dst={dst}, src=x_in, engine=nisa.engine.gpsimd)")
+
+
+def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
+                      banded: bool, fold: Fold) -> str:
+    fn = kernel.names.fresh("conv_tile")
+    blk = Block(depth=1)
+    sp = _sp(spec)
+    sizes = ", ".join(f"{v}sz" for v in sp)
+    blk.line(f"acc = nl.ndarray((csz, {sizes}), dtype=nl.float32, buffer=nl.psum)")
+    blk.comment("tap: a shifted" + (", strided" if any(d.step > 1 for d in spec.dims) else "")
+                + " window of the plane; PSUM accumulates over the taps" + (
+                    f" ({fold.blocks} taps contract on the partitions; the last base tap of "
+                    "a ragged fold contracts only its valid blocks)" if fold.blocks > 1 else ""))
+    _emit_matmuls(blk, spec, fold, [], spec.cin_g * fold.blocks)
+    blk.line(f"res = nl.ndarray((csz, {sizes}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
+    index = [f"nl.ds({'z0 + ' if banded and i == 0 else ''}{v}0, {v}sz)"
+             for i, v in enumerate(sp)]
+    if fold.rows > 1:
+        from nkibot.lowering.emit.conv import convband
+
+        convband.emit_store(blk, spec, fold, bias, index)
+    elif bias:
+        blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
+        blk.comment("bias: one value per output channel (partition)")
+        blk.line("nisa.tensor_scalar(dst=res, data=acc, op0=nl.add, operand0=b_t)")
+    else:
+        blk.line("nisa.tensor_copy(dst=res, src=acc)")
+    if fold.rows == 1:
+        blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {', '.join(index)}], res)")
+    args = ", ".join(f"{v}0, {v}sz" for v in sp) + (", rlast" if fold.rows > 1 else "")
+    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g" + (", z0" if banded else "")
+    kernel.helpers.append([
+        f"def {fn}({head}, c0, csz, {args}):",
+        '    """Output channels c0..c0+csz (of group g) at one tile of output positions."""',
+        *blk.lines,
+    ])
+    return fn
+
+
+def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: int) -> None:
+    """The matmul loops from dim len(ks) in: a loop over each dim's base taps; the one
+    ragged dim (convfold.choose) runs its last base tap apart, on the prefix of blocks whose
+    taps exist, so no matmul reads a block past the kernel's edge."""
+    i = len(ks)
+    if i == len(spec.dims):
+        where = [(str(j - 1 - int(k)) if k.isdigit() else f"{j - 1} - {k}")
+                 if spec.transposed else k for k, j in zip(ks, fold.outer, strict=True)]
+        windows = []
+        for i, (v, d, k, f) in enumerate(zip(_sp(spec), spec.dims, ks, fold.sizes,
+                                             strict=True)):
+            shift = "" if k == "0" else (f" + {int(k) * f * d.dil}" if k.isdigit() else
+                                         f" + {k} * {f * d.dil}")
+            step = fold.rows if i == fold.band else d.step  # a band steps over its groups
+            start = f"{v}0 * {step}{shift}" if step > 1 else f"{v}0{shift}"
+            stop = f"({v}sz - 1) * {step} + 1:{step}" if step > 1 else f"{v}sz"
+            windows.append(f"{start}:{start} + {stop}")
+        blk.line(f"nisa.nc_matmul(acc, w_sb[0:{rows}, nl.ds(c0, csz), {', '.join(where)}], "
+                 f"x_sb[0:{rows}, {', '.join(windows)}])")
+        return
+    j, f, taps = fold.outer[i], fold.sizes[i], fold.taps[i]
+    full = j - 1 if fold.ragged(i) else j
+    if full > 1:
+        blk.line(f"for k{i} in nl.affine_range({full}):")
+        blk.indent()
+        _emit_matmuls(blk, spec, fold, [*ks, f"k{i}"], rows)
+        blk.dedent()
+    elif full == 1:
+        _emit_matmuls(blk, spec, fold, [*ks, "0"], rows)
+    if fold.ragged(i):
+        _emit_matmuls(blk, spec, fold, [*ks, str(j - 1)], rows // f * (taps - (j - 1) * f))
+
+
+def _band_block(blk: Block, spec: ConvSpec, part: str, u: tuple[int, ...], slab: int,
+                compute: str) -> None:
+    """Block u of a band: zero what it reads and no input covers, then load its rows."""
+    d0, rest = spec.dims[0], spec.dims[1:]
+    placed = [d.placed() for d in rest]
+    here = convfold.block_slices(rest, placed, u[1:])
+    if here is None or d0.up > 1:
+        _zero(blk, part, [f"0:{slab}", *(f"0:{d.plane}" for d in rest)])
+    else:
+        whole = [f"0:{d.plane}" for d in rest]
+        for lo, hi in (("0", "j0"), ("j0 + icount", str(slab - u[0] * d0.dil))):
+            blk.line(f"if {hi} > {lo}:")
+            blk.indent()
+            _zero(blk, part, [f"{lo}:{hi}", *whole])
+            blk.dedent()
+    if here is None:
+        return
+    blk.line("if icount > 0:  # a band wholly in the padding reads no input")
+    blk.indent()
+    if d0.up == 1:
+        for region in convfold.margins(rest, [d.plane for d in rest], placed, u[1:]):
+            _zero(blk, part, ["j0:j0 + icount", *region])
+    dst, src, counts = here
+    step = f":{d0.up}" if d0.up > 1 else ""
+    _place(blk, spec, part, ([f"j0:j0 + (icount - 1) * {d0.up} + 1{step}", *dst],
+                             ["nl.ds(i0, icount)", *src], ["icount", *counts]), compute)
+    blk.dedent()
+
+
+def _emit_slab_helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: str,
+                      tiles: tuple[int, int], fold: Fold) -> str:
+    """A band of `tiles[0]` output rows from z0: load the input rows it reads, then its
+    tiles of `tiles[1]` rows."""
+    fn = kernel.names.fresh("conv_band")
+    blk = Block(depth=1)
+    d0, rest = spec.dims[0], spec.dims[1:]
+    cin = spec.cin_g
+    slab = _slab(d0, tiles[0])
+    plane = ", ".join([str(slab), *(str(d.plane) for d in rest)])
+    blk.line(f"x_sb = nl.ndarray(({cin * fold.blocks}, {plane}), dtype={compute}, "
+             "buffer=nl.sbuf)")
+    blk.comment("partition block u: the band shifted left by u * dilation; rows[u0] = "
+                "(first input row, count, band row); what no input covers is zeroed")
+    for b, u in enumerate(fold.offsets()):
+        blk.line(f"i0, icount, j0 = rows[{u[0]}]")
+        _band_block(blk, spec, f"{b * cin}:{(b + 1) * cin}", u, slab, compute)
+    sp = _sp(spec)
+    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g, z0"
+    fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
+    axes = [Axis("c", spec.cout_g, PMAX), Axis(sp[0], tiles[0], tiles[1])] + [
+        Axis(v, d.size_out, t) for v, d, t in zip(sp[1:], rest, _tiles(spec)[1:], strict=True)]
+    emit_grid(blk, axes, f"{tile_fn}({params}, {fields})", "affine_range")
+    head = "x_v, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"
+    kernel.helpers.append([f"def {fn}({head}, z0, rows):",
+                           f'    """Output rows z0..z0+{tiles[0]}, band-relative tiles."""',
+                           *blk.lines])
+    return fn

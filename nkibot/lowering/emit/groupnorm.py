@@ -1,0 +1,173 @@
+"""GroupNorm with every partition busy: rows (batch x channels) on the partitions.
+
+`norm.py` holds one group per tile ([channels per group, positions]): with 4 channels a
+group that is 4 of 128 partitions, and the cost model put KernelBench 35 at 0.009 of the
+roofline. Here a tile holds whole batch elements (C * (128 // C) rows), each row one
+channel's positions. Row sums are totalled per group, and broadcast back to the group's
+rows, by one matmul against a block-diagonal [R, R] matrix of ones (built once: iota of
+the column's group, transposed on the PE, compared). Then, per tile:
+
+- sum on the Vector Engine, group totals on the PE: -mean per row;
+- `(x - mean)^2` summed by one Scalar Engine `activation` (bias -mean, add-reduction),
+  group totals on the PE: rstd = (var + eps) ** -0.5;
+- with the affine weights folded into a per-row scale `s = rstd * w` and shift
+  `t = b - mean * s`, the output is one Scalar Engine `activation(copy, scale=s, bias=t)`.
+
+Weights and biases are one value per row (channel r % C): a column loaded once.
+"""
+
+from __future__ import annotations
+
+from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
+from nkibot.lowering.emit.rowwise import Kernel, Output
+from nkibot.lowering.frontend.ir import Op
+from nkibot.sim.cost.quick import SBUF_BYTES
+
+ROW_BUDGET = SBUF_BYTES * 3 // 4  # bytes per partition: the row, a scratch row and the result row
+
+
+def fits(channels: int, groups: int, positions: int) -> bool:
+    return channels <= PMAX and channels % groups == 0 and positions * 4 * 3 <= ROW_BUDGET
+
+
+def emit_groupnorm(kernel: Kernel, op: Op, x: str, params: list[str], out: Output) -> None:
+    shape = op.shape
+    n, c, groups = shape[0], shape[1], int(str(op.attr("groups")))
+    hw = 1
+    for d in shape[2:]:
+        hw *= d
+    cg, rows = c // groups, n * c
+    per = min(c * max(1, PMAX // c), rows)
+    eps, inv = float(str(op.attr("eps"))), 1.0 / (cg * hw)
+    body = kernel.body
+    body.comment(f"{op.origin}: GroupNorm, batch x channels on the partitions ({per} rows a "
+                 f"tile), groups of {cg} rows")
+    body.line(f"x_v = {x}.reshape(({rows}, {hw}))")
+    body.line(f"out_v = {out.var}.reshape(({rows}, {hw}))")
+    body.comment(f"block-diagonal ones: bd[p, q] = 1 when rows p and q share a group "
+                 f"(q // {cg} by iota, transposed for p // {cg})")
+    body.line(f"gq = nl.ndarray(({per}, {per}), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line(f"nisa.iota(gq, [[1, {per // cg}], [0, {cg}]])")
+    body.line(f"gp_ps = nl.ndarray(({per}, {per}), dtype=nl.float32, buffer=nl.psum)")
+    body.line("nisa.nc_transpose(gp_ps, gq)")
+    body.line(f"bd = nl.ndarray(({per}, {per}), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line("nisa.tensor_tensor(dst=bd, data1=gp_ps, data2=gq, op=nl.equal)")
+    cols = []
+    for i, (p, what) in enumerate(zip(params, ("weight", "bias"), strict=False)):
+        col = ("w_col", "b_col")[i]
+        cols.append(col)
+        body.comment(f"{what}: one value per row (channel r % {c}), loaded once")
+        body.line(f"{col}_v = {p}.reshape(({c}, 1))")
+        body.line(f"{col} = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        for r in range(0, per, c):
+            body.line(f"nisa.dma_copy(dst={col}[{r}:{r + c}, 0:1], src={col}_v)")
+    fn = _emit_rows(kernel, op, hw, inv, eps, cols, out.dtype)
+    args = ", ".join(["x_v", "out_v", "bd", *cols])
+    emit_grid(body, [Axis("r", rows, per)], f"{fn}({args}, {{r0}}, {{rsz}})", "affine_range")
+
+
+def _columns(body: Block, names: list[tuple[str, str]], c: int, per: int) -> None:
+    """[per, 1] columns holding one value per row (channel r % c), each loaded once."""
+    for col, tensor in names:
+        body.line(f"{col}_v = {tensor}.reshape(({c}, 1))")
+        body.line(f"{col} = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        for r in range(0, per, c):
+            body.line(f"nisa.dma_copy(dst={col}[{r}:{r + c}, 0:1], src={col}_v)")
+
+
+def emit_batchnorm(kernel: Kernel, op: Op, x: str, params: list[str], out: Output) -> None:
+    """BatchNorm in eval mode: out = x * s + t per channel, s = w / sqrt(var + eps) and
+    t = b - mean * s computed once as [R, 1] columns; one Scalar Engine `activation` a tile
+    with rows (batch x channels) on the partitions."""
+    shape = op.shape
+    n, c = shape[0], shape[1]
+    hw = 1
+    for d in shape[2:]:
+        hw *= d
+    rows, per = n * c, min(c * max(1, PMAX // c), n * c)
+    body = kernel.body
+    body.comment(f"{op.origin}: BatchNorm (running statistics), batch x channels on the "
+                 f"partitions ({per} rows a tile)")
+    body.line(f"x_v = {x}.reshape(({rows}, {hw}))")
+    body.line(f"out_v = {out.var}.reshape(({rows}, {hw}))")
+    names = [("mean_col", params[0]), ("var_col", params[1])]
+    if len(params) > 2:
+        names += [("w_col", params[2]), ("b_col", params[3])]
+    body.comment("per-row columns (channel r % C), loaded once")
+    _columns(body, names, c, per)
+    body.comment("scale = weight / sqrt(var + eps), shift = bias - mean * scale: once")
+    body.line("scale = nl.ndarray((" f"{per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line(f"nisa.tensor_scalar(dst=scale, data=var_col, op0=nl.add, "
+              f"operand0={float(str(op.attr('eps')))!r})")
+    body.line("nisa.activation(dst=scale, op=nl.rsqrt, data=scale)")
+    if len(params) > 2:
+        body.line("nisa.tensor_tensor(dst=scale, data1=scale, data2=w_col, op=nl.multiply)")
+    body.line(f"neg_mean = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line("nisa.tensor_scalar(dst=neg_mean, data=mean_col, op0=nl.multiply, "
+              "operand0=-1.0)")
+    body.line(f"shift = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    if len(params) > 2:
+        body.line("nisa.scalar_tensor_tensor(dst=shift, data=neg_mean, op0=nl.multiply, "
+                  "operand0=scale, op1=nl.add, operand1=b_col)")
+    else:
+        body.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
+    fn = kernel.names.fresh("batchnorm_rows")
+    blk = Block(depth=1)
+    blk.line(f"xt = nl.ndarray((p, {hw}), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.dma_copy(dst=xt, src=x_v[nl.ds(r0, p), 0:{hw}])")
+    blk.comment("out = x * scale + shift, on the Scalar Engine")
+    blk.line(f"y = nl.ndarray((p, {hw}), dtype={nl_dtype(out.dtype)}, buffer=nl.sbuf)")
+    blk.line("nisa.activation(dst=y, op=nl.copy, data=xt, scale=scale[0:p, 0:1], "
+             "bias=shift[0:p, 0:1])")
+    blk.line(f"nisa.dma_copy(dst=out_v[nl.ds(r0, p), 0:{hw}], src=y)")
+    kernel.helpers.append([f"def {fn}(x_v, out_v, scale, shift, r0, p):",
+                           f'    """{op.origin}: rows r0..r0+p, whole batch elements."""',
+                           *blk.lines])
+    emit_grid(body, [Axis("r", rows, per)], f"{fn}(x_v, out_v, scale, shift, {{r0}}, {{rsz}})",
+              "affine_range")
+
+
+def _emit_rows(kernel: Kernel, op: Op, hw: int, inv: float, eps: float, cols: list[str],
+               out_dtype: str) -> str:
+    fn = kernel.names.fresh("groupnorm_rows")
+    blk = Block(depth=1)
+    blk.line(f"xt = nl.ndarray((p, {hw}), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.dma_copy(dst=xt, src=x_v[nl.ds(r0, p), 0:{hw}])")
+    blk.comment("mean: row sums (Vector Engine), group totals broadcast back (PE)")
+    blk.line("rs = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line("nisa.tensor_reduce(dst=rs, op=nl.add, data=xt, axis=1)")
+    blk.line("tot = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.psum)")
+    blk.line("nisa.nc_matmul(tot, bd[0:p, 0:p], rs)")
+    blk.line("neg_mean = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.tensor_scalar(dst=neg_mean, data=tot, op0=nl.multiply, operand0={-inv!r})")
+    blk.comment("centred variance: (x - mean)^2 summed by the Scalar Engine, group totals (PE)")
+    blk.line(f"sq = nl.ndarray((p, {hw}), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line("ss = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line("nisa.activation(dst=sq, op=nl.square, data=xt, bias=neg_mean, reduce_op=nl.add, "
+             "reduce_res=ss)")
+    blk.line("var = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.psum)")
+    blk.line("nisa.nc_matmul(var, bd[0:p, 0:p], ss)")
+    blk.line("scale = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.tensor_scalar(dst=scale, data=var, op0=nl.multiply, operand0={inv!r}, "
+             f"op1=nl.add, operand1={eps!r})")
+    blk.line("nisa.activation(dst=scale, op=nl.rsqrt, data=scale)")
+    if cols:
+        blk.comment("affine weight folded into the per-row scale")
+        blk.line(f"nisa.tensor_tensor(dst=scale, data1=scale, data2={cols[0]}[0:p, 0:1], "
+                 "op=nl.multiply)")
+    blk.comment("shift = bias - mean * scale")
+    blk.line("shift = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    if len(cols) > 1:
+        blk.line("nisa.scalar_tensor_tensor(dst=shift, data=neg_mean, op0=nl.multiply, "
+                 f"operand0=scale, op1=nl.add, operand1={cols[1]}[0:p, 0:1])")
+    else:
+        blk.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
+    blk.comment("out = x * scale + shift, on the Scalar Engine")
+    blk.line(f"y = nl.ndarray((p, {hw}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
+    blk.line("nisa.activation(dst=y, op=nl.copy, data=xt, scale=scale, bias=shift)")
+    blk.line(f"nisa.dma_copy(dst=out_v[nl.ds(r0, p), 0:{hw}], src=y)")
+    head = ", ".join(["x_v", "out_v", "bd", *cols])
+    kernel.helpers.append([f"def {fn}({head}, r0, p):",
+                           f'    """{op.origin}: rows r0..r0+p, whole batch elements."""',
+                           *blk.lines])
+    return fn

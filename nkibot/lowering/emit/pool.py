@@ -1,0 +1,311 @@
+"""Max and average pooling (1-D, 2-D, 3-D) on the Vector Engine, one spatial dim at a time.
+
+Rows (batch x channels) sit on the partitions, G whole rows per partition per tile (one
+contiguous DMA of G planes each way, and every instruction covers G rows: the ~64-cycle
+instruction cost and the ~2 us DMA cost are paid once per G rows). Each row's plane is
+padded with the pool's identity (-3e38 for max, 0 for average, as PyTorch pads; only the
+border is set). A window over several dims is separable: the pool folds the innermost dim
+first, then the next (K*K taps become 2K, K^3 become 3K). Along one dim with stride 1 the
+window doubles (`w2[i] = op(x[i], x[i + d])`, `w4[i] = op(w2[i], w2[i + 2d])`, ...): log2(K)
+passes for a max (two overlapping halves), log2(K) + popcount(K) - 1 for a sum; other
+strides fold the K taps' strided windows one per pass, the first two in one instruction.
+Average pooling scales by 1 / divisor on the Scalar Engine while converting to the
+output dtype. `ceil_mode` only changes the output extent, which the plane covers with more
+padding. A plane over the tile budget (unpadded) runs in bands of dim 0's output rows,
+each band loading the input rows its windows read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
+from nkibot.lowering.emit.conv.conv import Dim
+from nkibot.lowering.emit.rowwise import Kernel, Output
+from nkibot.lowering.frontend.ir import Op, Ref
+from nkibot.lowering.schedule.layout import LayoutError, Resolved
+from nkibot.sim.cost.quick import SBUF_BYTES
+
+TILE_BUDGET = SBUF_BYTES // 4  # bytes per partition for one row tile's planes and passes
+ROW_LIMIT = SBUF_BYTES * 5 // 6  # one row's plane and passes beyond this: declined
+MIN_TILES = 4  # keep at least this many row tiles (when there are rows) for overlap
+SHORT_RUN = 512  # bytes: a padded load with shorter contiguous runs lands in a stage first
+FILL = {"max": "-3.0e38", "avg": "0.0"}
+FOLD = {"max": "nl.maximum", "avg": "nl.add"}
+
+#: One pass: dst = op(a[a_off::a_step], b[b_off::b_step]) over `count` positions of a dim.
+Pass = tuple[str, str, int, int, str, int, int, int]
+
+
+def _ints(value: object, n: int) -> tuple[int, ...]:
+    items = value if isinstance(value, tuple | list) else (value,) * n
+    return tuple(int(str(v)) for v in items)
+
+
+def pool_dims(op: Op, x_shape: tuple[int, ...]) -> tuple[Dim, ...]:
+    n = len(x_shape) - 2
+    taps = _ints(op.attr("kernel"), n)
+    stride, pad = _ints(op.attr("stride"), n), _ints(op.attr("padding", 0), n)
+    dil = _ints(op.attr("dilation", 1), n)
+    return tuple(Dim(x_shape[2 + i], op.shape[2 + i], taps[i], stride[i], dil[i], 1, pad[i])
+                 for i in range(n))
+
+
+def _source(res: Resolved, arg: object) -> tuple[str, tuple[int, ...], str]:
+    if not isinstance(arg, Ref) or res.target(arg.name) not in res.views:
+        raise LayoutError("pooling of a computed value; only a pooled input is lowered")
+    view = res.views[res.target(arg.name)]
+    if view.transposed or view.sliced or view.shape != view.leaf.shape:
+        raise LayoutError("pooling of a view of an input")
+    return view.leaf.name, view.leaf.shape, view.leaf.dtype
+
+
+def fold_passes(i: int, d: Dim, kind: str, src: str) -> tuple[list[Pass], dict[str, int]]:
+    """The passes that fold dim i of `src` to its output extent, and each new tile's extent
+    along it (the last pass writes `f{i}`)."""
+    k, dil, out = d.taps, d.dil, d.size_out
+    out_name = f"f{i}"
+    if k == 1:  # a strided copy
+        return [(out_name, src, 0, d.step, src, 0, d.step, out)], {out_name: out}
+    passes: list[Pass] = [(out_name, src, 0, d.step, src, dil, d.step, out)]
+    if d.step > 1 or k < 4:  # the taps one by one, the first two in one pass
+        passes += [(out_name, out_name, 0, 1, src, t * dil, d.step, out) for t in range(2, k)]
+        return passes, {out_name: out}
+    passes = []
+    ext: dict[str, int] = {}
+    width, name, powers = 1, src, {1: src}
+    while 2 * width <= k:
+        new = out_name if 2 * width == k else f"w{i}_{2 * width}"
+        size = out + (k - 2 * width) * dil
+        passes.append((new, name, 0, 1, name, width * dil, 1, size))
+        ext[new] = size
+        width, name = 2 * width, new
+        powers[width] = new
+    if width < k and kind == "max":  # two overlapping halves
+        passes.append((out_name, name, 0, 1, name, (k - width) * dil, 1, out))
+    elif width < k:  # a sum: the binary digits of k - width after the widest window
+        acc, off = name, width
+        for p in sorted(powers, reverse=True):
+            if off + p <= k:
+                passes.append((out_name, acc, 0, 1, powers[p], off * dil, 1, out))
+                acc, off = out_name, off + p
+    ext[out_name] = out
+    return passes, ext
+
+
+def emit_pool(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
+    if len(res.ops) != 1 or len(outputs) != 1:
+        raise LayoutError("pooling with other ops in the graph (a lone pool is lowered)")
+    op = res.ops[0]
+    kind = str(op.attr("kind"))
+    x, shape, _dtype = _source(res, op.args[0])
+    dims = pool_dims(op, shape)
+    if kind == "avg" and any(d.plane > d.size_in + 2 * d.lead for d in dims):
+        raise LayoutError("average pooling whose ceil_mode windows overhang the padding "
+                          "(their divisor shrinks)")
+    rows = shape[0] * shape[1]
+    per_row = _row_bytes(dims, kind)
+    if per_row > TILE_BUDGET:  # the plane does not fit whole: dim 0 in bands that do
+        g, bands = 1, _fitting_bands(dims, kind)
+    else:
+        g = _rows_per_partition(rows, per_row)
+        bands = _bands(-(-rows // g // PMAX), dims, g)
+    tile_dims = dims if bands == 1 else _banded(dims, bands)
+    tile_fn = _emit_tile(kernel, tile_dims, kind, op, outputs[0].dtype, g,
+                         dims[0].step if bands > 1 else 0)
+    body = kernel.body
+    body.comment(f"{op.origin}: batch x channels on partitions ({g} rows each), each row's "
+                 "plane in the free dims")
+    body.line(f"x_v = {x}.reshape(({rows // g}, {g}, "
+              f"{', '.join(str(d.size_in) for d in dims)}))")
+    body.line(f"out_v = {outputs[0].var}.reshape(({rows // g}, {g}, "
+              f"{', '.join(str(d.size_out) for d in dims)}))")
+    if bands == 1:
+        emit_grid(body, [Axis("r", rows // g, PMAX)],
+                  f"{tile_fn}(x_v, out_v, {{r0}}, {{rsz}})", "affine_range")
+        return
+    why = (f"a row's whole plane ({per_row} bytes) is over the {TILE_BUDGET}-byte tile budget"
+           if per_row > TILE_BUDGET else "a band's passes overlap the next band's load")
+    body.comment(f"{bands} bands of {tile_dims[0].size_out} output rows of dim 0: {why}")
+    emit_grid(body, [Axis("r", rows // g, PMAX), Axis("b", dims[0].size_out,
+                                                      tile_dims[0].size_out)],
+              f"{tile_fn}(x_v, out_v, {{r0}}, {{rsz}}, {{b0}})", "affine_range")
+
+
+def _banded(dims: tuple[Dim, ...], bands: int) -> tuple[Dim, ...]:
+    """The dims one band of dim 0's output rows sees (`bands` divides dim 0's output)."""
+    rows = dims[0].size_out // bands
+    return (replace(dims[0], size_in=_band_in(dims[0], rows), size_out=rows), *dims[1:])
+
+
+def _fitting_bands(dims: tuple[Dim, ...], kind: str) -> int:
+    """Bands of dim 0's output rows for a plane over TILE_BUDGET: the fewest (a divisor of
+    dim 0's output, so every band has the same rows) whose plane and passes fit TILE_BUDGET,
+    else ROW_LIMIT; a LayoutError when even one output row is over ROW_LIMIT or the pool
+    is padded (a band's plane is then no plain slab of the input)."""
+    per_row = _row_bytes(dims, kind)
+    if _padded(dims):
+        raise LayoutError(f"padded pooling needs {per_row} bytes per row in SBUF (over "
+                          f"{TILE_BUDGET}); only unpadded pools run in bands of rows")
+    out = dims[0].size_out
+    counts = [b for b in range(2, out + 1) if out % b == 0]
+    for limit in (TILE_BUDGET, ROW_LIMIT):
+        fits = [b for b in counts if _row_bytes(_banded(dims, b), kind) <= limit]
+        if fits:
+            return fits[0]
+    one = _row_bytes(_banded(dims, out), kind) if out > 1 else per_row
+    raise LayoutError(f"pooling needs {one} bytes per row in SBUF (over {ROW_LIMIT}) even "
+                      "one output row of dim 0 at a time")
+
+
+def _band_in(d: Dim, out_rows: int) -> int:
+    """Input rows of dim `d` that `out_rows` output rows read (their windows)."""
+    return (out_rows - 1) * d.step + (d.taps - 1) * d.dil + 1
+
+
+def _bands(tiles: int, dims: tuple[Dim, ...], g: int) -> int:
+    """Bands of dim 0's output rows per row tile, when there are too few row tiles to
+    overlap a tile's load with another's passes (a lone tile's load, passes and store run
+    one after another): the most of 8, 4, 2 that divide dim 0 evenly and keep each band's
+    load at least 4 KiB a partition. Unpadded pools only (a band's plane is a plain slab)."""
+    if tiles >= MIN_TILES or _padded(dims) or len(dims) < 2:
+        return 1
+    inner = math.prod(d.size_in for d in dims[1:]) * g * 4
+    for bands in (8, 4, 2):
+        rows = dims[0].size_out // bands
+        if dims[0].size_out % bands == 0 and _band_in(dims[0], rows) * inner >= 4096:
+            return bands
+    return 1
+
+
+def _padded(dims: tuple[Dim, ...]) -> bool:
+    return any(d.lead or d.plane > d.size_in for d in dims)
+
+
+def _staged(dims: tuple[Dim, ...]) -> bool:
+    return _padded(dims) and dims[-1].size_in * 4 < SHORT_RUN
+
+
+def _plan(dims: tuple[Dim, ...], kind: str) -> list[tuple[int, list[Pass], dict[str, int]]]:
+    """Per dim, innermost first: its passes and the extents of the tiles they write."""
+    plan, src = [], "x_sb"
+    for i in reversed(range(len(dims))):
+        passes, ext = fold_passes(i, dims[i], kind, src)
+        plan.append((i, passes, ext))
+        src = f"f{i}"
+    return plan
+
+
+def _row_bytes(dims: tuple[Dim, ...], kind: str) -> int:
+    """SBUF bytes one row needs: its plane (and stage), every pass's tile, the result."""
+    extents = [d.plane for d in dims]
+    total = math.prod(extents) * (2 if _staged(dims) else 1)
+    for i, _passes, ext in _plan(dims, kind):
+        for size in ext.values():
+            extents[i] = size
+            total += math.prod(extents)
+    return 4 * (total + math.prod(d.size_out for d in dims))
+
+
+def _rows_per_partition(rows: int, per_row: int) -> int:
+    """The most rows per partition that divide the rows into whole tiles of 128 partitions,
+    fit TILE_BUDGET and leave MIN_TILES tiles to overlap loads, compute and stores."""
+    if rows % PMAX:
+        return 1
+    per_partition = rows // PMAX
+    best = 1
+    for g in range(1, per_partition + 1):
+        if (per_partition % g == 0 and g * per_row <= TILE_BUDGET
+                and per_partition // g >= min(MIN_TILES, per_partition)):
+            best = g
+    return best
+
+
+def _view(name: str, extents: list[int], g: int, i: int = -1, off: int = 0, step: int = 1,
+          count: int = 0) -> str:
+    """`name[0:p, 0:g, ...]`, dim i (if any) the window `off + step * j` for j < count."""
+    parts = []
+    for j, e in enumerate(extents):
+        if j == i:
+            parts.append(f"{off}:{off + (count - 1) * step + 1}" + (f":{step}" if step > 1 else ""))
+        else:
+            parts.append(f"0:{e}")
+    return f"{name}[0:p, 0:{g}, {', '.join(parts)}]"
+
+
+def _emit_load(blk: Block, dims: tuple[Dim, ...], kind: str, g: int, first: str) -> None:
+    """x_sb: the tile's planes, the input in the interior and the identity on the border.
+    `first`: dim 0's input slice (a band's, or the whole dim)."""
+    sizes = ", ".join(str(d.size_in) for d in dims)
+    whole = f"x_v[nl.ds(r0, p), 0:{g}, {', '.join([first, *(f'0:{d.size_in}' for d in dims[1:])])}]"
+    if not _padded(dims):
+        blk.line(f"x_sb = nl.ndarray((p, {g}, {sizes}), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line(f"nisa.dma_copy(dst=x_sb, src={whole})")
+        return
+    plane = [d.plane for d in dims]
+    blk.line(f"x_sb = nl.ndarray((p, {g}, {', '.join(map(str, plane))}), dtype=nl.float32, "
+             "buffer=nl.sbuf)")
+    placed = [d.placed() for d in dims]
+    blk.comment("the border holds the pool's identity")
+    for j, (_first, count, start) in enumerate(placed):
+        for lo, hi in ((0, start), (start + count, plane[j])):
+            if hi > lo:
+                blk.line(f"nisa.memset(dst={_view('x_sb', plane, g, j, lo, 1, hi - lo)}, "
+                         f"value={FILL[kind]})")
+    inner = f"x_sb[0:p, 0:{g}, {', '.join(f'{s}:{s + c}' for _, c, s in placed)}]"
+    src = ", ".join(f"{f}:{f + c}" for f, c, _ in placed)
+    if _staged(dims):
+        blk.comment("rows this short load contiguously, then land in the plane on the Scalar "
+                    "Engine")
+        blk.line(f"stage = nl.ndarray((p, {g}, {sizes}), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line(f"nisa.dma_copy(dst=stage, src={whole})")
+        blk.line(f"nisa.activation(dst={inner}, op=nl.copy, data=stage[0:p, 0:{g}, {src}])")
+    else:
+        blk.line(f"nisa.dma_copy(dst={inner}, src=x_v[nl.ds(r0, p), 0:{g}, {src}])")
+
+
+def _emit_tile(kernel: Kernel, dims: tuple[Dim, ...], kind: str, op: Op, out_dtype: str,
+               g: int, band_step: int = 0) -> str:
+    """The tile helper; `band_step` > 0: it takes b0, the first output row of a band of
+    dim 0 (input rows from b0 * band_step)."""
+    fn = kernel.names.fresh("pool_rows")
+    blk = Block(depth=1)
+    first = (f"nl.ds(b0 * {band_step}, {dims[0].size_in})", f"nl.ds(b0, {dims[0].size_out})"
+             ) if band_step else (f"0:{dims[0].size_in}", f"0:{dims[0].size_out}")
+    _emit_load(blk, dims, kind, g, first[0])
+    shapes = {"x_sb": [d.plane for d in dims]}
+    final = nl_dtype(out_dtype) if kind == "max" else "nl.float32"
+    for i, passes, ext in _plan(dims, kind):
+        d = dims[i]
+        blk.comment(f"{kind} over dim {i}: {d.taps} taps (stride {d.step}, dilation {d.dil}) "
+                    f"in {len(passes)} pass(es)")
+        for dst, a, a_off, a_step, b, b_off, b_step, count in passes:
+            if dst not in shapes:
+                shapes[dst] = [ext[dst] if j == i else e for j, e in enumerate(shapes[a])]
+                dtype = final if dst == "f0" else "nl.float32"
+                blk.line(f"{dst} = nl.ndarray((p, {g}, {', '.join(map(str, shapes[dst]))}), "
+                         f"dtype={dtype}, buffer=nl.sbuf)")
+            out_v = _view(dst, shapes[dst], g, i, 0, 1, count)
+            left = _view(a, shapes[a], g, i, a_off, a_step, count)
+            if (a, a_off) == (b, b_off):
+                blk.line(f"nisa.tensor_copy(dst={out_v}, src={left})")
+                continue
+            right = _view(b, shapes[b], g, i, b_off, b_step, count)
+            blk.line(f"nisa.tensor_tensor(dst={out_v}, data1={left}, data2={right}, "
+                     f"op={FOLD[kind]})")
+    res = "f0"
+    if kind == "avg":
+        divisor = op.attr("divisor") or math.prod(d.taps for d in dims)
+        blk.comment("the average: 1 / divisor on the Scalar Engine, in the output dtype")
+        blk.line(f"res = nl.ndarray((p, {g}, {', '.join(str(d.size_out) for d in dims)}), "
+                 f"dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
+        blk.line(f"nisa.activation(dst=res, op=nl.copy, data=f0, "
+                 f"scale={1.0 / float(str(divisor))!r})")
+        res = "res"
+    blk.line(f"nl.store(out_v[nl.ds(r0, p), 0:{g}, "
+             f"{', '.join([first[1], *(f'0:{d.size_out}' for d in dims[1:])])}], {res})")
+    kernel.helpers.append([f"def {fn}(x_v, out_v, r0, p{', b0' if band_step else ''}):",
+                           f'    """{op.origin}: rows r0..r0+p ({g} rows per partition): load '
+                           'their planes once, fold dim by dim, store."""', *blk.lines])
+    return fn

@@ -1,0 +1,162 @@
+"""Graph rewrites the scheduler applies before cutting a graph into stages.
+
+`expand_norms`: a block normalisation too big for its emitter becomes its row reductions
+and elementwise ops (below).
+
+`split_long_reductions`: a row reduction over more elements than one SBUF row holds
+(`LONG_ROW`) becomes two, as inductor's split reductions do: the row seen as `k` chunks
+(a reshape), each chunk reduced, then the `k` partials reduced. Each half is an ordinary
+row reduction the row-wise emitter tiles, and the scheduler puts them in two stages
+joined by a small HBM scratch tensor of partials.
+
+`split_wide_convs`: a convolution contracting over more than 128 input channels (one
+group) becomes a sum of convolutions over channel chunks of at most 128 (the input and
+the weight narrowed to each chunk, the bias on the first), each an ordinary conv stage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+from nkibot.lowering.frontend.ir import Arg, Graph, Op, Ref
+
+LONG_ROW = 16384  # elements: two fp32 rows of this length take 128 KiB of a partition
+CHUNK = 4096  # the longest chunk a split row is cut into (16 KiB of fp32)
+SPLIT = frozenset({"rsum", "rmax", "rmin"})
+PMAX = 128  # partitions: the most input channels one conv contracts on the PE
+
+
+def _trailing(op: Op, shape: tuple[int, ...]) -> bool:
+    dims = sorted(d % len(shape) for d in op.dims) if shape else []
+    return bool(dims) and dims == list(range(dims[0], len(shape)))
+
+
+def _chunks(size: int) -> int:
+    """The fewest chunks (a divisor of `size`) of at most CHUNK elements, or 0."""
+    return next((k for k in range(-(-size // CHUNK), size + 1) if size % k == 0
+                 and size // k <= CHUNK), 0)
+
+
+def split_long_reductions(graph: Graph) -> Graph:
+    """The graph with each long trailing-dims reduction split in two (see module doc)."""
+    ops: list[Op] = []
+    for op in graph.ops:
+        src = op.args[0] if op.args else None
+        shape = graph.shape_of(src) if isinstance(src, Ref) else ()
+        size = math.prod(shape[min(op.dims, default=0):]) if op.dims else 0
+        if op.op not in SPLIT or not isinstance(src, Ref) or not _trailing(op, shape) or (
+                size <= LONG_ROW) or not (k := _chunks(size)):
+            ops.append(op)
+            continue
+        outer = shape[:min(op.dims)]
+        n = len(outer)
+        chunked = Op(f"{op.name}_chunks", "view", (src,), (*outer, k, size // k), op.dtype,
+                     op.origin)
+        part = Op(f"{op.name}_part", op.op, (Ref(chunked.name),), (*outer, k, 1), op.dtype,
+                  op.origin, (("dims", (n + 1,)),))
+        # the partials keep the reduced dims' rank, so the total has the op's own shape
+        ones = (1,) * (len(shape) - n - 1)
+        flat = Op(f"{op.name}_parts", "view", (Ref(part.name),), (*outer, k, *ones), op.dtype,
+                  op.origin)
+        ops += [chunked, part, flat, replace(op, args=(Ref(flat.name),), attrs=(("dims", (n,)),))]
+    return Graph(graph.leaves, ops, graph.outputs, graph.constants)
+
+
+def expand_norms(graph: Graph, lowers_alone: Callable[[Op], bool]) -> Graph:
+    """The graph with each GroupNorm/LayerNorm block normalisation that does not lower as
+    its own stage (its blocks exceed SBUF) written as row reductions and elementwise ops:
+    the rows are its blocks (the mean, then the centred variance: two passes, no
+    E[x^2] - mean^2 cancellation), which the scheduler stages (and splits when long)."""
+    ops: list[Op] = []
+    for op in graph.ops:
+        kind = op.attr("kind")
+        if op.op != "blocknorm" or kind not in ("group", "layer") or lowers_alone(op):
+            ops.append(op)
+        else:
+            ops += _norm_ops(op, str(kind))
+    return Graph(graph.leaves, ops, graph.outputs, graph.constants)
+
+
+def _norm_ops(op: Op, kind: str) -> list[Op]:
+    shape, x, params = op.shape, op.args[0], op.args[1:]
+    rows: tuple[int, ...]
+    if kind == "group":
+        groups = int(str(op.attr("groups")))
+        rows = (shape[0], groups)
+        affine = (shape[1], *(1,) * (len(shape) - 2))
+    else:
+        count = int(str(op.attr("count")))
+        rows = shape[:len(shape) - count]
+        affine = shape[len(shape) - count:]
+    size = math.prod(shape) // math.prod(rows)
+    eps = float(str(op.attr("eps")))
+    n, row = len(rows), (*rows, size)
+    ops: list[Op] = []
+
+    def emit(suffix: str, name: str, args: tuple[Arg, ...], out: tuple[int, ...],
+             **attrs: object) -> Ref:
+        ops.append(Op(f"{op.name}_{suffix}", name, args, out, "float32", op.origin,
+                      tuple(attrs.items())))
+        return Ref(ops[-1].name)
+
+    xv = emit("rows", "view", (x,), row)
+    mean = emit("mean", "mul", (emit("sum", "rsum", (xv,), (*rows, 1), dims=(n,)),
+                                1.0 / size), (*rows, 1))
+    centred = emit("centred", "sub", (xv, mean), row)
+    var = emit("var", "mul", (emit("sqsum", "rsum", (emit("sq", "square", (centred,), row),),
+                                   (*rows, 1), dims=(n,)), 1.0 / size), (*rows, 1))
+    rstd = emit("rstd", "rsqrt", (emit("vareps", "add", (var, eps), (*rows, 1)),), (*rows, 1))
+    y = emit("normed", "view", (emit("scaled", "mul", (centred, rstd), row),), shape)
+    for i, (param, fold) in enumerate(zip(params, ("mul", "add"), strict=False)):
+        assert isinstance(param, Ref)
+        y = emit(f"affine{i}", fold, (y, emit(f"param{i}", "view", (param,), affine)), shape)
+    last = ops.pop()
+    return [*ops, replace(last, name=op.name, dtype=op.dtype)]
+
+
+def split_wide_convs(graph: Graph) -> Graph:
+    """The graph with each ungrouped convolution over more than PMAX input channels written
+    as a sum over channel chunks (see module doc). The partial results are fp32; the last
+    add takes the conv's name and dtype."""
+    ops: list[Op] = []
+    for op in graph.ops:
+        x, w = (*op.args, None, None)[:2]
+        if (op.op != "conv" or not isinstance(x, Ref) or not isinstance(w, Ref)
+                or graph.shape_of(x)[1] <= PMAX or op.attr("groups", 1) != 1):
+            ops.append(op)
+            continue
+        cin = graph.shape_of(x)[1]
+        k = -(-cin // PMAX)
+        sizes = [cin // k + (i < cin % k) for i in range(k)]
+        w_dim = 0 if op.attr("transposed", False) else 1
+        x_shape, w_shape = graph.shape_of(x), graph.shape_of(w)
+        total: Ref | None = None
+        start = 0
+        for i, size in enumerate(sizes):
+            xs = Op(f"{op.name}_x{i}", "narrow", (x,), (*x_shape[:1], size, *x_shape[2:]),
+                    _dtype(graph, x), op.origin, (("start", start), ("dim", 1)))
+            ws = Op(f"{op.name}_w{i}", "narrow", (w,),
+                    tuple(size if d == w_dim else n for d, n in enumerate(w_shape)),
+                    _dtype(graph, w), op.origin, (("start", start), ("dim", w_dim)))
+            bias = op.args[2:] if i == 0 else ()
+            part = Op(f"{op.name}_part{i}", "conv", (Ref(xs.name), Ref(ws.name), *bias),
+                      op.shape, "float32", op.origin, op.attrs)
+            ops += [xs, ws, part]
+            if total is not None:
+                last = i == k - 1
+                ops.append(Op(op.name if last else f"{op.name}_sum{i}", "add",
+                              (total, Ref(part.name)), op.shape,
+                              op.dtype if last else "float32", op.origin))
+                total = Ref(ops[-1].name)
+            else:
+                total = Ref(part.name)
+            start += size
+    return Graph(graph.leaves, ops, graph.outputs, graph.constants)
+
+
+def _dtype(graph: Graph, ref: Ref) -> str:
+    found = graph.leaf(ref.name) or graph.op(ref.name)
+    assert found is not None, ref.name
+    return found.dtype

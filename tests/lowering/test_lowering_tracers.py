@@ -1,0 +1,76 @@
+"""Ordinary model code that torch.fx's symbolic tracing refuses traces at the input shapes
+and lowers; each case is checked on the simulator against PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+
+from nkibot.lowering.frontend.trace import trace_graph
+from tests.lowering.lowering_support import HEADER, check_on_sim, make_task
+
+#: (forward body, input shape): each fails `torch.fx.symbolic_trace`.
+SHAPE_CODE = [
+    ("return x[:, :1].expand(*x.shape) + x", (2, 3, 64)),
+    ("out = x[:, 0]\n        for i in range(1, x.shape[1]):\n            out = out + x[:, i]\n"
+     "        return out", (2, 4, 64)),
+    ("return x * len(x)", (4, 64)),
+    ("if x.size(-1) > 32:\n            return x * 2\n        return x", (4, 64)),
+    ("n = 1\n        for d in x.shape:\n            n = n * d\n        return x.reshape(n) * 2",
+     (4, 64)),
+    ("return sum(r * 2 for r in x)", (3, 64)),
+]
+
+
+def _source(body: str) -> str:
+    return (f"{HEADER}class Model(nn.Module):\n    def forward(self, x):\n"
+            f"        {body}\n")
+
+
+class TestShapeTracing:
+    @pytest.mark.parametrize(("body", "shape"), SHAPE_CODE)
+    def test_traces_and_verifies(self, body: str, shape: tuple[int, ...]) -> None:
+        """The forward fails symbolic tracing; at the input shapes it traces, lowers and
+        matches PyTorch on the simulator."""
+        import torch.fx as fx
+
+        task = make_task(_source(body), [shape])
+        namespace: dict[str, object] = {}
+        exec(compile(task.reference_source, "<m>", "exec"), namespace)
+        with pytest.raises(Exception):  # noqa: B017 - any tracing error
+            fx.symbolic_trace(namespace["Model"]())  # type: ignore[operator]
+        check_on_sim(task)
+
+    def test_sizes_are_constants(self) -> None:
+        """Sizes read in the forward are literals of the traced graph."""
+        graph, unsupported = trace_graph(make_task(_source(
+            "return x * x.size(0) + len(x)"), [(6, 64)]))
+        assert unsupported == []
+        assert [(op.op, op.args[1]) for op in graph.ops] == [("mul", 6), ("add", 6)]
+
+
+CAUSAL = HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c_attn = nn.Linear(32, 96)
+        self.register_buffer("bias", torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(32, dim=2)
+        k = k.view(B, T, 2, C // 2).transpose(1, 2)
+        q = q.view(B, T, 2, C // 2).transpose(1, 2)
+        v = v.view(B, T, 2, C // 2).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        return (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+'''
+
+
+class TestModelCode:
+    def test_min_gpt_attention(self) -> None:
+        """minGPT's causal attention: sizes unpacked from x.size(), a linear's output split
+        into q, k, v (the submodule's sizes need its weights on meta too), heads by view and
+        transpose, the causal mask a sliced buffer (read as state, not baked in as a
+        constant), masked_fill with -inf, softmax. It failed symbolic tracing."""
+        check_on_sim(make_task("import math\n" + CAUSAL, [(2, 8, 32)]))
