@@ -137,6 +137,19 @@ class TestReferenceErrors:
         assert _max_finite_diff(torch.empty(0), torch.empty(0, dtype=torch.float64)) == 0.0
         assert ref.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]  # the reference is not modified
 
+    def test_the_difference_is_taken_in_chunks(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import torch
+
+        from nkibot.verify.children import torch_side
+
+        monkeypatch.setattr(torch_side, "DIFF_CHUNK", 2)
+        ref = torch.arange(7, dtype=torch.float64).reshape(7, 1)
+        out = ref.float().clone()
+        out[0, 0], out[3, 0], out[6, 0] = float("nan"), 3.25, 5.0
+        assert torch_side._max_finite_diff(out, ref) == 1.0
+        out[6, 0] = 6.0
+        assert torch_side._max_finite_diff(out, ref) == 0.25
+
     def test_float64_budget_counts_cpu_time(self) -> None:
         """Sleeping (a busy host, waiting for a core) does not use the float64 budget."""
         import time
