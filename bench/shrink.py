@@ -85,7 +85,7 @@ def _sizes(source: str) -> tuple[list[int], dict[str, Any]]:
         sizes = [math.prod(v.shape) for v in values if isinstance(v, torch.Tensor)]
         if COUNT_WEIGHTS and callable(namespace.get(ENTRY)):
             get_init = namespace.get("get_init_inputs")
-            model = namespace[ENTRY](*(get_init() if callable(get_init) else []))
+            model = _build(namespace[ENTRY], list(get_init() if callable(get_init) else []))
             if isinstance(model, torch.nn.Module):
                 sizes.append(sum(math.prod(t.shape) for t in model.state_dict().values()))
     return sizes, namespace
@@ -143,7 +143,23 @@ def _meta_model(source: str, entry: str) -> tuple[Any, list[Any], list[Any]]:
     with torch.device("meta"):
         get_init = namespace.get("get_init_inputs")
         init = list(get_init()) if callable(get_init) else []
-        return namespace[entry](*init), list(namespace["get_inputs"]()), init
+        return _build(namespace[entry], init), list(namespace["get_inputs"]()), init
+
+
+def _build(cls: Any, init: list[Any]) -> Any:
+    """`cls(*init)` on the meta device; a constructor that reads a tensor's value (Swin's
+    `[x.item() for x in torch.linspace(...)]`) is built on the CPU, then moved to meta."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return cls(*init)
+    except RuntimeError as exc:
+        if "meta tensors" not in str(exc):
+            raise
+    with torch.device("cpu"):
+        model = cls(*init)
+    return model.to("meta") if isinstance(model, torch.nn.Module) else model
 
 
 def minimum_bytes(source: str, entry: str = "Model") -> int:

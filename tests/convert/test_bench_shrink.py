@@ -69,3 +69,42 @@ def test_weights_counted_and_lists_shrunk() -> None:
     assert "layer_sizes = [" in shrunk.source  # still a list: `[input_size] + layer_sizes`
     sizes, _ = SHRINK._sizes(shrunk.source)
     assert sizes[-1] <= 1 << 20  # the weights, all together
+
+
+ITEM = '''import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self, width, depth):
+        super().__init__()
+        rates = [x.item() for x in torch.linspace(0, 0.1, depth)]  # Swin's drop-path rule
+        self.rates = rates
+        self.net = nn.Sequential(*[nn.Linear(width, width) for _ in rates])
+
+    def forward(self, x):
+        return self.net(x)
+
+
+batch_size = 8
+width = 1024
+depth = 4
+
+
+def get_inputs():
+    return [torch.rand(batch_size, width)]
+
+
+def get_init_inputs():
+    return [width, depth]
+'''
+
+
+@pytest.mark.usefixtures("count_weights")
+def test_constructor_reading_a_tensor_value_shrinks() -> None:
+    """`.item()` in the constructor (KernelBench level 3 29/30, Swin) cannot run on meta:
+    the model is built on the CPU and moved to meta, so its weights are counted and shrink."""
+    shrunk = SHRINK.shrink_source(ITEM, 1 << 20)
+    assert shrunk.fits and "width" in shrunk.changed
+    task = SHRINK.meta_task(shrunk.source, "item.py")
+    assert [s.shape for s in task.state_dict][:2] == [(256, 256), (256,)]
