@@ -37,6 +37,9 @@ ANCHORS = ("attention", "blocknorm", "scan", "pool", "conv", "matmul", "gather",
 def anchor_of(res: Resolved) -> str:
     """The group's anchor operator, or "rowwise" when it has none."""
     present = {op.op for op in res.ops}
+    if "conv" in present and all(op.attr("kind") == "batch" for op in res.ops
+                                 if op.op == "blocknorm"):
+        return "conv"  # an eval BatchNorm after a conv is folded into its eviction
     return next((a for a in ANCHORS if a in present), "rowwise")
 
 

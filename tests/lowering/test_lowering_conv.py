@@ -228,10 +228,57 @@ class TestDepthwiseAndChains:
         check_on_sim(task)
 
     def test_conv_then_elementwise_is_staged(self) -> None:
-        src = module_source("torch.relu(self.conv(x))",
+        src = module_source("torch.relu(self.conv(x)) * 2",
                             init="        self.conv = nn.Conv2d(3, 4, 3)")
         task = make_task(src, [(1, 3, 8, 8)])
-        assert lower_ok(task).plan[0].startswith("conv group")
+        assert lower_ok(task).plan[0].startswith("conv group of 2 ops")
+        check_on_sim(task)
+
+
+BN_STATS = ("        with torch.no_grad():\n"
+            "            self.bn.running_mean.uniform_(-1, 1)\n"
+            "            self.bn.running_var.uniform_(0.5, 2)\n")
+
+
+class TestEvictionEpilogue:
+    """An eval BatchNorm and an activation after a conv run on its PSUM eviction: one
+    Scalar Engine activation(fn, scale, shift) a tile, no stages (a conv stage, a BatchNorm
+    stage and a row-wise stage, two HBM round trips of the whole output, before)."""
+
+    @pytest.mark.parametrize(("conv", "bn", "act", "shape"), [
+        ("nn.Conv2d(8, 32, 3, padding=1, bias=False)", "nn.BatchNorm2d(32)", "torch.relu",
+         (2, 8, 12, 12)),
+        ("nn.Conv2d(4, 6, 3, stride=2)", "nn.BatchNorm2d(6, affine=False)", "torch.sigmoid",
+         (2, 4, 15, 13)),
+        ("nn.Conv1d(3, 96, 5, padding=2)", "nn.BatchNorm1d(96)", "", (2, 3, 40)),
+        ("nn.Conv2d(4, 8, 3, groups=2)", "nn.BatchNorm2d(8)", "F.silu", (1, 4, 9, 9)),
+    ])
+    def test_folded_into_the_eviction(self, conv: str, bn: str, act: str,
+                                      shape: tuple[int, ...]) -> None:
+        init = f"        self.conv = {conv}\n        self.bn = {bn}\n" + BN_STATS
+        expr = f"{act}(self.bn(self.conv(x)))" if act else "self.bn(self.conv(x))"
+        task = make_task(module_source(expr, init=init), [shape])
+        lowered = lower_ok(task)
+        assert lowered.plan == [], lowered.plan
+        assert "def fold_norm(" in lowered.source
+        assert "nisa.activation(dst=res, op=" in lowered.source
+        check_on_sim(task)
+
+    def test_conv_bias_and_activation(self) -> None:
+        """relu(conv(x) + bias): the bias and the ReLU in the eviction, no BatchNorm."""
+        task = make_task(module_source("torch.relu(self.conv(x))",
+                                       init="        self.conv = nn.Conv2d(3, 4, 3)"),
+                         [(1, 3, 8, 8)])
+        lowered = lower_ok(task)
+        assert lowered.plan == [] and "op=nl.relu, data=acc, bias=b_t" in lowered.source
+        check_on_sim(task)
+
+    def test_depthwise_with_batchnorm_is_staged(self) -> None:
+        """A depthwise conv keeps its own form: the BatchNorm is a stage after it."""
+        init = ("        self.conv = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)\n"
+                "        self.bn = nn.BatchNorm2d(8)\n" + BN_STATS)
+        task = make_task(module_source("self.bn(self.conv(x))", init=init), [(2, 8, 10, 10)])
+        assert len(lower_ok(task).plan) == 2
         check_on_sim(task)
 
 

@@ -128,14 +128,65 @@ def _leaf(res: Resolved, arg: object, what: str) -> str:
     return view.leaf.name
 
 
+#: Activations the Scalar Engine applies on the PSUM -> SBUF eviction (op -> nl function).
+EVICT_ACT = {"relu": "nl.relu", "sigmoid": "nl.sigmoid", "tanh": "nl.tanh", "silu": "nl.silu"}
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """Work a conv's PSUM eviction does (one Scalar Engine `activation` a tile): an eval
+    BatchNorm folded into a per-channel scale and shift, then an activation function."""
+
+    norm: Op | None
+    act: Op | None
+
+    @property
+    def fn(self) -> str:
+        return EVICT_ACT[self.act.op] if self.act is not None else "nl.copy"
+
+    @property
+    def origins(self) -> str:
+        return ", ".join(op.origin or op.op for op in (self.norm, self.act) if op is not None)
+
+
+def _epilogue(res: Resolved, conv: Op, outputs: list[Output]) -> Epilogue | None:
+    """conv -> [eval BatchNorm of it] -> [activation], the last the group's one output."""
+    rest = [op for op in res.ops if op is not conv]
+    if not rest or len(outputs) != 1 or len(rest) > 2:
+        return None
+    prev, norm, act = conv.name, None, None
+    for op in rest:
+        src = op.args[0] if op.args else None
+        if not isinstance(src, Ref) or res.target(src.name) != prev:
+            return None
+        if norm is None and act is None and op.op == "blocknorm" and (
+                op.attr("kind") == "batch"):
+            norm = op
+        elif act is None and op.op in EVICT_ACT and len(op.args) == 1:
+            act = op
+        else:
+            return None
+        prev = op.name
+    if res.target(outputs[0].name) != prev:
+        return None
+    return Epilogue(norm, act)
+
+
 def emit_conv(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     """A lone conv, or a chain of convs each reading the previous one's result (e.g. a
-    depthwise-separable block): every conv but the last writes an fp32 HBM scratch tensor."""
+    depthwise-separable block): every conv but the last writes an fp32 HBM scratch tensor.
+    A single conv may carry an eval BatchNorm and an activation, applied on its PSUM
+    eviction (`Epilogue`)."""
     convs = [op for op in res.ops if op.op == "conv"]
+    epi = _epilogue(res, convs[0], outputs) if len(convs) == 1 else None
+    if epi is not None:
+        _emit_one(res, convs[0], kernel, *_input(res, convs[0]), outputs[0], epi)
+        return
     if len(convs) != len(res.ops) or len(outputs) != 1 or (
             res.target(outputs[0].name) != convs[-1].name):
         raise LayoutError("a convolution with other ops in the graph (a lone conv, or a "
-                          "chain of convs, each with its bias, is lowered)")
+                          "chain of convs, each with its bias, is lowered; one conv with an "
+                          "eval BatchNorm and/or an activation on its eviction)")
     x = _leaf(res, convs[0].args[0], "input")
     x_leaf = res.graph.leaf(x)
     assert x_leaf is not None
@@ -155,13 +206,26 @@ def emit_conv(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
         source, shape, dtype = out.var, op.shape, "float32"
 
 
+def _input(res: Resolved, conv: Op) -> tuple[str, tuple[int, ...], str]:
+    x = _leaf(res, conv.args[0], "input")
+    leaf = res.graph.leaf(x)
+    assert leaf is not None
+    return x, leaf.shape, leaf.dtype
+
+
 def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int, ...],
-              x_dtype: str, out: Output) -> None:
+              x_dtype: str, out: Output, epi: Epilogue | None = None) -> None:
     w = _leaf(res, op.args[1], "weight")
     bias = _leaf(res, op.args[2], "bias") if len(op.args) > 2 else None
     w_leaf = res.graph.leaf(w)
     assert w_leaf is not None
     spec = conv_spec(op, x_shape, w_leaf.shape)
+    if epi is not None:
+        if depthwise.fits(spec) or spec.transposed:
+            raise LayoutError(f"{epi.origins} on a depthwise or transposed conv's eviction "
+                              "(staged instead)")
+        if epi.norm is not None:
+            bias = _emit_folded_norm(res, kernel, epi.norm, bias, spec.cout, op.origin)
     if depthwise.fits(spec):
         depthwise.emit_depthwise(kernel, spec, op.origin, x, w, bias, out)
         return
@@ -182,21 +246,71 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         assert phased is not None
         convphase.emit_phased(kernel, spec, phased, (x, w, bias), out, compute)
         return
-    if slab is None:
+    if slab is None and epi is None:
         spec = convband.stack(spec, elem, phased=False)
     fold = convfold.choose(spec, elem)
-    if slab is None:
+    if slab is None and epi is None:
         fold = convband.choose(spec, fold, elem, PLANE_BUDGET // 4)
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype, slab is not None,
-                                fold)
+                                fold, epi)
+    pair = epi is not None and epi.norm is not None
     if slab is not None:
         sizes = {min(slab[0], spec.dims[0].size_out - z0)
                  for z0 in range(0, spec.dims[0].size_out, slab[0])}
         bands = {zsz: _emit_slab_helper(kernel, spec, bias is not None, tile_fn, compute,
                                         (zsz, slab[1]), fold) for zsz in sorted(sizes)}
-        _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab[0], fold)
+        _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab[0], fold, pair)
     else:
-        _emit_body(kernel, spec, x, w, bias, out, {0: tile_fn}, compute, None, fold)
+        _emit_body(kernel, spec, x, w, bias, out, {0: tile_fn}, compute, None, fold, pair)
+
+
+def _emit_folded_norm(res: Resolved, kernel: Kernel, norm: Op, conv_bias: str | None,
+                      cout: int, origin: str) -> str:
+    """The [Cout, 2] HBM table of (scale, shift) per output channel that folds an eval
+    BatchNorm (and the conv's bias) into the eviction: scale = w / sqrt(var + eps), shift =
+    (conv bias - mean) * scale + b. Computed once, 128 channels a tile."""
+    mean, var, *affine = (_leaf(res, a, "BatchNorm statistic") for a in norm.args[1:])
+    eps = float(str(norm.attr("eps")))
+    body, names = kernel.body, kernel.names
+    table = names.fresh("evict_hbm")
+    fn = names.fresh("fold_norm")
+    cols = [("mean_c", mean), ("var_c", var)] + (
+        [("w_c", affine[0]), ("b_c", affine[1])] if affine else []) + (
+        [("cb_c", conv_bias)] if conv_bias is not None else [])
+    blk = Block(depth=1)
+    for var_name, leaf in cols:
+        blk.line(f"{var_name} = nl.load({leaf}.reshape(({cout}, 1))[nl.ds(c0, csz), 0:1], "
+                 "dtype=nl.float32)")
+    blk.line("pair = nl.ndarray((csz, 2), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.comment(f"scale = {'w / ' if affine else '1 / '}sqrt(var + eps)")
+    blk.line(f"nisa.tensor_scalar(dst=pair[0:csz, 0:1], data=var_c, op0=nl.add, "
+             f"operand0={eps!r})")
+    blk.line("nisa.activation(dst=pair[0:csz, 0:1], op=nl.rsqrt, data=pair[0:csz, 0:1])")
+    if affine:
+        blk.line("nisa.tensor_tensor(dst=pair[0:csz, 0:1], data1=pair[0:csz, 0:1], data2=w_c, "
+                 "op=nl.multiply)")
+    blk.comment("shift = (conv bias - mean) * scale" + (" + b" if affine else ""))
+    if conv_bias is not None:
+        blk.line("nisa.tensor_tensor(dst=mean_c, data1=cb_c, data2=mean_c, op=nl.subtract)")
+    else:
+        blk.line("nisa.tensor_scalar(dst=mean_c, data=mean_c, op0=nl.multiply, operand0=-1.0)")
+    if affine:
+        blk.line("nisa.scalar_tensor_tensor(dst=pair[0:csz, 1:2], data=mean_c, op0=nl.multiply, "
+                 "operand0=pair[0:csz, 0:1], op1=nl.add, operand1=b_c)")
+    else:
+        blk.line("nisa.tensor_tensor(dst=pair[0:csz, 1:2], data1=mean_c, data2=pair[0:csz, 0:1], "
+                 "op=nl.multiply)")
+    blk.line("nisa.dma_copy(dst=table[nl.ds(c0, csz), 0:2], src=pair)")
+    args = ", ".join(leaf for _, leaf in cols)
+    kernel.helpers.append([f"def {fn}({args}, table, c0, csz):",
+                           f'    """{norm.origin} folded into {origin}: (scale, shift) of '
+                           'channels c0..c0+csz."""', *blk.lines])
+    body.comment(f"{norm.origin} (running statistics) folded into {origin}'s PSUM eviction: "
+                 "a (scale, shift) pair per output channel, computed once")
+    body.line(f"{table} = nl.ndarray(({cout}, 2), dtype=nl.float32, buffer=nl.hbm)")
+    for c0 in range(0, cout, PMAX):
+        body.line(f"{fn}({args}, {table}, {c0}, {min(PMAX, cout - c0)})")
+    return table
 
 def _check(spec: ConvSpec, dtype: str) -> tuple[int, int] | None:
     """None when the whole plane fits SBUF, else (output rows per band, per tile)."""
@@ -283,7 +397,7 @@ def _sp(spec: ConvSpec) -> list[str]:
 
 
 def emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
-                out: Output) -> None:
+               out: Output, pair: bool = False) -> None:
     """The HBM views: weights [groups, Cin/g, Cout/g, K...], bias, input and output."""
     g_, cin_g, cout_g = spec.groups, spec.cin_g, spec.cout_g
     ks = ", ".join(str(d.taps) for d in spec.dims)
@@ -306,7 +420,7 @@ def emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
         body.line(f"w_v = {w}.reshape(({g_}, {cout_g}, {cin_g}, {ks})).permute((0, 2, 1, "
                   f"{perm}))")
     if bias is not None:
-        body.line(f"b_v = {bias}.reshape(({g_}, {cout_g}, 1))")
+        body.line(f"b_v = {bias}.reshape(({g_}, {cout_g}, {2 if pair else 1}))")
     ins = ", ".join(str(d.size_in) for d in spec.dims)
     outs = ", ".join(str(d.size_out) for d in spec.dims)
     body.line(f"x_v = {x}.reshape(({spec.batch}, {g_}, {cin_g}, {ins}))")
@@ -325,11 +439,12 @@ def _fold_note(spec: ConvSpec, fold: Fold) -> str:
 
 
 def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None, out: Output,
-               fns: dict[int, str], compute: str, slab: int | None, fold: Fold) -> None:
+               fns: dict[int, str], compute: str, slab: int | None, fold: Fold,
+               pair: bool = False) -> None:
     """Weights, then per batch element the plane (or its bands) and the output tiles;
     `fns` maps each band's row count to its helper (no bands: 0 to the tile helper)."""
     body = kernel.body
-    emit_views(body, spec, x, w, bias, out)
+    emit_views(body, spec, x, w, bias, out, pair)
     body.line(f"for g in nl.affine_range({spec.groups}):")
     body.indent()
     body.comment("weights stay resident for every batch element and output tile of group g"
@@ -400,7 +515,7 @@ def _scatter(body: Block, spec: ConvSpec, src: str, dst: str, counts: list[str],
 
 
 def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
-                      banded: bool, fold: Fold) -> str:
+                      banded: bool, fold: Fold, epi: Epilogue | None = None) -> str:
     fn = kernel.names.fresh("conv_tile")
     blk = Block(depth=1)
     sp = _sp(spec)
@@ -414,7 +529,11 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     blk.line(f"res = nl.ndarray((csz, {sizes}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
     index = [f"nl.ds({'z0 + ' if banded and i == 0 else ''}{v}0, {v}sz)"
              for i, v in enumerate(sp)]
-    if fold.rows > 1:
+    if epi is not None:
+        if fold.rows > 1:
+            raise LayoutError(f"{epi.origins} on a banded conv's eviction (staged instead)")
+        _emit_eviction(blk, epi, bias)
+    elif fold.rows > 1:
         from nkibot.lowering.emit.conv import convband
 
         convband.emit_store(blk, spec, fold, bias, index)
@@ -434,6 +553,23 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         *blk.lines,
     ])
     return fn
+
+
+def _emit_eviction(blk: Block, epi: Epilogue, bias: bool) -> None:
+    """PSUM -> SBUF through one Scalar Engine `activation`: fn(acc * scale + shift)."""
+    if epi.norm is not None:
+        blk.line("st = nl.load(b_v[g, nl.ds(c0, csz), 0:2], dtype=nl.float32)")
+        blk.comment(f"eviction: {epi.fn}(acc * scale + shift) per output channel "
+                    f"({epi.origins} on the Scalar Engine)")
+        blk.line(f"nisa.activation(dst=res, op={epi.fn}, data=acc, scale=st[0:csz, 0:1], "
+                 "bias=st[0:csz, 1:2])")
+    elif bias:
+        blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
+        blk.comment(f"eviction: {epi.fn}(acc + bias) ({epi.origins} on the Scalar Engine)")
+        blk.line(f"nisa.activation(dst=res, op={epi.fn}, data=acc, bias=b_t)")
+    else:
+        blk.comment(f"eviction: {epi.fn}(acc) ({epi.origins} on the Scalar Engine)")
+        blk.line(f"nisa.activation(dst=res, op={epi.fn}, data=acc)")
 
 
 def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: int) -> None:
