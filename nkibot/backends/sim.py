@@ -81,7 +81,8 @@ class SimBackend:
         request = {**request, "out_dir": str(out_dir), "target": self.platform}
         return run_harness(request, timeout_s=timeout_s, memory_mb=self.memory_mb,
                            runner=self._runner, confinement=Confinement(
-                               readable=readable, writable=(out_dir,), torch=False))
+                               readable=readable, writable=(out_dir,), torch=False,
+                               write_limit=_write_limit(request)))
 
     def _run(self, src: str, function: str, request: dict[str, Any], timeout_s: float,
              out_dir: Path, readable: tuple[Path, ...] = ()) -> HarnessReply:
@@ -135,7 +136,7 @@ class SimBackend:
         with tempfile.TemporaryDirectory(prefix="nkibot-compile-") as tmp:
             reply = self._run(src, function, self._random_request(task),
                               task.compile_timeout_s, Path(tmp))
-            shapes = _output_shapes(Path(tmp))
+            shapes = _output_shapes(Path(tmp), self._read_limit())
         seconds = time.monotonic() - started
         response = reply.response
         if response is None:
@@ -155,8 +156,13 @@ class SimBackend:
                              log=f"traced {function} on {compiler}; output shapes {shapes}")
 
     def simulate(self, src: str, arrays: list[np.ndarray[Any, Any]], names: list[str],
-                 *, timeout_s: float = 120.0) -> SimRun:
-        """Run the kernel once on `arrays` in the sandbox; the outputs as the parent read them."""
+                 *, timeout_s: float = 120.0,
+                 random: list[tuple[list[int], str]] | None = None, seed: int = 0) -> SimRun:
+        """Run the kernel once in the sandbox; the outputs as the parent read them.
+
+        The inputs are `arrays`, or with `random` ((shape, dtype) per input) seeded random
+        ones that the sandboxed child builds itself (`protocol.random_array`): nothing of
+        their size is allocated in this process."""
         try:
             function = resolve_function(src, self.function)
         except KernelSourceError as exc:
@@ -168,8 +174,15 @@ class SimBackend:
             inputs_dir, out_dir = Path(tmp) / "inputs", Path(tmp) / "out"
             inputs_dir.mkdir()
             out_dir.mkdir()
-            inputs = [save_array(inputs_dir / f"in{i}.npy", a) for i, a in enumerate(arrays)]
-            request = {"trials": [{"index": 0, "inputs": inputs}], "state": []}
+            request: dict[str, Any]
+            if random is not None:
+                request = {"random": {"seed": seed, "specs": [
+                    {"shape": list(shape), "dtype": dtype} for shape, dtype in random]},
+                           "arg_names": names}
+            else:
+                inputs = [save_array(inputs_dir / f"in{i}.npy", a)
+                          for i, a in enumerate(arrays)]
+                request = {"trials": [{"index": 0, "inputs": inputs}], "state": []}
             reply = self._run(src, function, request, timeout_s, out_dir, (inputs_dir,))
             response = reply.response
             if response is None:
@@ -179,12 +192,17 @@ class SimBackend:
                 return SimRun(error=redact(f"{diag.rule}: {diag.message}"), line=diag.line,
                               simulator=str(response.get("simulator") or ""))
             try:
-                found = read_outputs(out_dir, 1)
+                found = read_outputs(out_dir, 1, max_total=self._read_limit())
             except (BadArrayFile, OSError) as exc:
                 return SimRun(error=f"kernel:unreadable-output {exc}")
         outputs = [found[key] for key in sorted(found)]
         return SimRun(outputs=outputs, stats=dict(response.get("stats") or {}),
                       simulator=str(response.get("simulator") or ""))
+
+    def _read_limit(self) -> int:
+        """The most bytes read back from a run outside verification (no expected sizes):
+        what the child's own memory limit lets it have made."""
+        return self.memory_mb * 1024 * 1024
 
     def _profile(self, src: str, task: Task, cost_only: bool = False) -> ProfileResult:
         try:
@@ -205,9 +223,16 @@ class SimBackend:
                              log=f"simulator: {response.get('simulator')}")
 
 
-def _output_shapes(directory: Path) -> list[list[int]]:
+def _write_limit(request: dict[str, Any]) -> int | None:
+    """The verification's limit on what the child leaves in its output directory
+    (`trials.write_limit`, in the request); None elsewhere: the sandbox's default."""
+    found = request.get("write_limit")
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
+def _output_shapes(directory: Path, limit: int) -> list[list[int]]:
     try:
-        found = read_outputs(directory, 1)
+        found = read_outputs(directory, 1, max_total=limit)
     except (BadArrayFile, OSError):
         return []
     return [list(found[key].shape) for key in sorted(found)]

@@ -216,15 +216,44 @@ class BadArrayFile(ValueError):
     """A file a child wrote is not a plain array of the dtype its name says."""
 
 
-def read_outputs(directory: Path, trials: int, max_bytes: int | None = None
-                 ) -> dict[tuple[int, int], np.ndarray[Any, Any]]:
+#: The most entries the parent looks at in a child's output directory: a run writes a
+#: few files per trial, so a directory of thousands is refused before anything is read.
+MAX_ENTRIES = 4096
+
+
+def listing(directory: Path, max_total: int | None = None,
+            max_entries: int = MAX_ENTRIES) -> list[str]:
+    """The names in a child's output directory, after checking what it left there as a
+    whole: at most `max_entries` entries and `max_total` bytes in all (sizes by lstat,
+    nothing followed). More is refused (BadArrayFile) before any file is read, so a child
+    cannot make the parent list millions of names or read many files each under the
+    per-file cap."""
+    names: list[str] = []
+    total = 0
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if len(names) >= max_entries:
+                raise BadArrayFile(f"the child left more than {max_entries} entries in its "
+                                   "output directory; a run writes a few files a trial")
+            names.append(entry.name)
+            total += entry.stat(follow_symlinks=False).st_size
+            if max_total is not None and total > max_total:
+                raise BadArrayFile(f"the child left more than {max_total} bytes in its "
+                                   "output directory, more than this task's outputs could "
+                                   "take")
+    return sorted(names)
+
+
+def read_outputs(directory: Path, trials: int, max_bytes: int | None = None,
+                 max_total: int | None = None) -> dict[tuple[int, int], np.ndarray[Any, Any]]:
     """Every well-named output file in `directory` (trial < `trials`), checked and loaded.
 
-    A name given twice (two dtypes for one output) or a file that is not what its name
+    The directory as a whole is checked first (`listing`: entries and bytes in all). A
+    name given twice (two dtypes for one output) or a file that is not what its name
     says raises BadArrayFile: the verdict is then the parent's "unreadable output".
     """
     found: dict[tuple[int, int], np.ndarray[Any, Any]] = {}
-    for entry in sorted(p.name for p in directory.iterdir()):
+    for entry in listing(directory, max_total):
         match = _OUTPUT.fullmatch(entry)
         if match is None:
             continue
@@ -240,7 +269,11 @@ def read_outputs(directory: Path, trials: int, max_bytes: int | None = None
 def read_plain(path: Path, dtype: str, shape: list[int] | None = None, *,
                max_bytes: int | None = None) -> np.ndarray[Any, Any]:
     """Load a `.npy` a child wrote: a regular file (no links), no pickles, exact dtype,
-    and no larger than `max_bytes` (a child cannot make the parent read gigabytes)."""
+    and no larger than `max_bytes` (a child cannot make the parent read gigabytes).
+
+    The header is read and checked first (`_check_header`): its dtype, its shape, and
+    that the data it declares is exactly what the file holds, so a 100-byte file that
+    declares a 4 TiB array is refused instead of allocated."""
     if dtype not in NUMPY_DTYPES:
         raise BadArrayFile(f"{path.name}: unknown dtype {dtype!r}")
     storage = np.dtype(_BITS[dtype]) if dtype in _BITS else NUMPY_DTYPES[dtype]
@@ -252,9 +285,10 @@ def read_plain(path: Path, dtype: str, shape: list[int] | None = None, *,
         if max_bytes is not None and info.st_size > max_bytes:
             raise BadArrayFile(f"{path.name} is {info.st_size} bytes, more than any output "
                                f"of this task could be ({max_bytes})")
+        _check_header(path.name, handle, info.st_size, dtype, storage, shape)
         try:
             data = np.load(handle, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
+        except (ValueError, OSError, EOFError, MemoryError) as exc:
             raise BadArrayFile(f"{path.name} is not a .npy array: {exc}") from exc
     if type(data) is not np.ndarray or data.dtype != storage:
         raise BadArrayFile(f"{path.name} holds {data.dtype}, not {dtype}")
@@ -262,3 +296,32 @@ def read_plain(path: Path, dtype: str, shape: list[int] | None = None, *,
         raise BadArrayFile(f"{path.name} has shape {list(data.shape)}, not {shape}")
     result = data.view(NUMPY_DTYPES[dtype]) if dtype in _BITS else data
     return np.asarray(result, order="C")  # keeps a 0-d array 0-d
+
+
+def _check_header(name: str, handle: Any, size: int, dtype: str, storage: np.dtype[Any],
+                  shape: list[int] | None) -> None:
+    """The `.npy` header of an open file, checked before any data is read (see
+    `read_plain`); the file is left at its start for `np.load`."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(handle)
+        if version == (1, 0):
+            declared, _, descr = fmt.read_array_header_1_0(handle)
+        elif version == (2, 0):
+            declared, _, descr = fmt.read_array_header_2_0(handle)
+        else:
+            raise ValueError(f"format version {version} (nkibot writes 1.0)")
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:
+        raise BadArrayFile(f"{name} is not a .npy array: {exc}") from exc
+    if descr != storage:
+        raise BadArrayFile(f"{name} holds {descr}, not {dtype}")
+    if shape is not None and list(declared) != list(shape):
+        raise BadArrayFile(f"{name} has shape {list(declared)}, not {shape}")
+    count = 1
+    for n in declared:
+        count *= int(n)
+    data = size - handle.tell()
+    if count * storage.itemsize != data:
+        raise BadArrayFile(f"{name} declares shape {list(declared)} ({count * storage.itemsize} "
+                           f"bytes of {dtype}) but holds {data} bytes of data")
+    handle.seek(0)

@@ -9,6 +9,12 @@ install, nkibot, its inputs (read-only) and one private scratch directory. The c
 pid namespace dies with its first process; on a time-out the launcher's process group
 is killed and `--die-with-parent` takes the namespace with it, so nothing survives a run.
 
+Whatever the isolation, the child's writable directories (its output directories, on
+the host's disk) are watched while it runs: files there are capped one by one by
+RLIMIT_FSIZE, and in all by `Confinement.write_limit` (default: a quarter of the disk
+space free when the run starts, `write_limit`); a child that writes more, or more than
+`WATCH_ENTRIES` files, is killed and its outcome says which limit it hit.
+
 Reduced isolation (a host without bubblewrap or user namespaces): the old confinement
 (credential-free environment, rlimits, `unshare -n` where allowed), with the result
 saying so. Either way, stdout/stderr are read incrementally with a capped head and tail.
@@ -56,13 +62,17 @@ class SandboxOutcome:
     isolation: list[str] = field(default_factory=list)
     seconds: float = 0.0
     memory_mb: int | None = None
+    #: The limit on the child's writable directories it went over (it was killed), if any.
+    write_limit_hit: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and self.write_limit_hit is None
 
     def reason(self) -> str:
         """One line saying why the child failed, for feedback and check runs."""
+        if self.write_limit_hit is not None:
+            return self.write_limit_hit
         if self.timed_out:
             return f"timed out after {self.seconds:.0f} s (wall-clock limit); process killed"
         if self.killed_by_signal is not None:
@@ -89,6 +99,51 @@ DISK_FULL = "No space left on device"
 def disk_full_reason() -> str:
     return (f"the run's scratch space is full (a {view.SCRATCH_MB} MiB tmpfs per child; "
             "write less to HOME or TMPDIR)")
+
+
+#: How often the writable directories are measured, and the most files they may hold.
+WATCH_S = 0.2
+WATCH_ENTRIES = 100_000
+
+
+def write_limit(confinement: Confinement) -> int:
+    """The most bytes the child may leave in its writable directories: the confinement's
+    limit, and never more than a quarter of the disk space free when it starts."""
+    free = [shutil.disk_usage(p).free for p in confinement.writable if p.exists()]
+    share = min(free, default=0) // 4
+    return min(confinement.write_limit or share, share) if free else (
+        confinement.write_limit or 0)
+
+
+def written(paths: tuple[Path, ...], limit: int) -> tuple[int, int]:
+    """Bytes (by lstat: nothing followed, sparse files at their size) and entries under
+    `paths`, counted until either passes its limit."""
+    total = entries = 0
+    stack = [str(p) for p in paths]
+    while stack and total <= limit and entries <= WATCH_ENTRIES:
+        try:
+            with os.scandir(stack.pop()) as found:
+                for entry in found:
+                    entries += 1
+                    info = entry.stat(follow_symlinks=False)
+                    total += info.st_size
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue  # removed while counted, or closed to us: counted as nothing
+    return total, entries
+
+
+def over_limit(paths: tuple[Path, ...], limit: int) -> str | None:
+    """Why the writable directories are over their limits, or None."""
+    total, entries = written(paths, limit)
+    if total > limit:
+        return (f"the run wrote more than {limit // 2**20} MiB to its output directories "
+                "(the most this run's outputs can take); child killed")
+    if entries > WATCH_ENTRIES:
+        return (f"the run left more than {WATCH_ENTRIES} files in its output directories; "
+                "child killed")
+    return None
 
 
 def network_isolation_available() -> bool:
@@ -179,8 +234,9 @@ def run_sandboxed(
                 "unbounded scratch: a host directory, RLIMIT_FSIZE caps each file only"]
         started = time.monotonic()
         try:
-            out, err, code, timed_out = _run(command, stdin, env, cwd or scratch, launch,
-                                             fds, started + timeout_s)
+            watch = (confinement.writable, write_limit(confinement))
+            out, err, code, timed_out, hit = _run(command, stdin, env, cwd or scratch,
+                                                  launch, fds, started + timeout_s, watch)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -189,7 +245,8 @@ def run_sandboxed(
         code = 128 - code  # bubblewrap reports a child killed by signal N as 128 + N
     return SandboxOutcome(returncode=code, stdout=out, stderr=err, timed_out=timed_out,
                           killed_by_signal=-code if code < 0 and not timed_out else None,
-                          isolation=labels, seconds=seconds, memory_mb=memory_mb)
+                          isolation=labels, seconds=seconds, memory_mb=memory_mb,
+                          write_limit_hit=hit)
 
 
 def _applied(confinement: Confinement) -> list[str]:
@@ -253,13 +310,24 @@ _SPAWN = threading.Lock()
 
 
 def _run(command: list[str], stdin: bytes, env: dict[str, str], cwd: Path, launch: Launch,
-         fds: tuple[int, ...], deadline: float) -> tuple[bytes, bytes, int, bool]:
+         fds: tuple[int, ...], deadline: float, watch: tuple[tuple[Path, ...], int]
+         ) -> tuple[bytes, bytes, int, bool, str | None]:
     out, err = Capped(*STDOUT_CAP), Capped(*STDERR_CAP)
     with _SPAWN:
         proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=cwd, env=env, pass_fds=fds,
                                 start_new_session=True, preexec_fn=launch)
-    timed_out = pump(proc, stdin, out, err, deadline)
+    done, hit = threading.Event(), [None]
+    watcher = threading.Thread(target=_watch, args=(proc, *watch, done, hit), daemon=True,
+                               name="nkibot-watch")
+    if watch[0]:
+        watcher.start()
+    try:
+        timed_out = pump(proc, stdin, out, err, deadline)
+    finally:
+        done.set()
+        if watcher.is_alive():
+            watcher.join()
     _kill_group(proc)  # whatever is left of the run goes, on time-out or not
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=DRAIN_S)
@@ -271,7 +339,21 @@ def _run(command: list[str], stdin: bytes, env: dict[str, str], cwd: Path, launc
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
-    return out.value(), err.value(), proc.returncode, timed_out
+    # The child may have written past the limit in its last moments: measured once more.
+    reason = hit[0] or (over_limit(*watch) if watch[0] else None)
+    return out.value(), err.value(), proc.returncode, timed_out, reason
+
+
+def _watch(proc: subprocess.Popen[bytes], paths: tuple[Path, ...], limit: int,
+           done: threading.Event, hit: list[str | None]) -> None:
+    """Measure the writable directories every WATCH_S until the run ends; over a limit,
+    record why and kill the run's process group (its output pipes then close)."""
+    while not done.wait(WATCH_S):
+        reason = over_limit(paths, limit)
+        if reason is not None:
+            hit[0] = reason
+            _kill_group(proc)
+            return
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -74,7 +74,7 @@ def observe(reference: ReferenceSet, names: list[str], run_child: RunChild,
     """
     count = len(reference.trials)
     base = {"trials": [{"index": t.index, "inputs": t.inputs} for t in reference.trials],
-            "state": reference.state}
+            "state": reference.state, "write_limit": write_limit(reference)}
     first_dir, second_dir = workdir / "first", workdir / "second"
     first_dir.mkdir()
     second_dir.mkdir()
@@ -94,7 +94,7 @@ def observe(reference: ReferenceSet, names: list[str], run_child: RunChild,
             return seen
         run_child({**base, "order": shuffled(count)}, second_dir)  # judged by its files alone
     if _complete(seen, count):
-        again = _outputs(second_dir, count, [], _max_bytes(reference))
+        again = _outputs(second_dir, count, [], reference)
         seen.run.deterministic = len(again) == len(seen.run.outputs) and all(
             _same(a, b) for a, b in zip(seen.run.outputs, again, strict=True))
     return seen
@@ -104,7 +104,7 @@ def _read_first(reference: ReferenceSet, names: list[str], first: HarnessReply,
                 first_dir: Path) -> Observed:
     """The first run's reply, outputs and modified inputs, as the parent reads them."""
     unreadable: list[str] = []
-    outputs = _outputs(first_dir, len(reference.trials), unreadable, _max_bytes(reference))
+    outputs = _outputs(first_dir, len(reference.trials), unreadable, reference)
     run = KernelRun(outputs=outputs, arg_names=names,
                     inputs_modified=_modified(reference, first_dir, len(outputs), names))
     return Observed(first, run, unreadable)
@@ -124,10 +124,20 @@ def _max_bytes(reference: ReferenceSet) -> int:
     return 8 * max(sizes, default=0) + 4096
 
 
-def _outputs(directory: Path, count: int, unreadable: list[str], limit: int) -> list[Arrays]:
+def write_limit(reference: ReferenceSet) -> int:
+    """The most bytes a kernel child may leave in its output directory, in all: every
+    trial's outputs and inputs as left (`t{t}_a{i}`), each at 8 bytes per element plus
+    a header. The sandbox stops a child that writes more (`Confinement.write_limit`), and
+    the parent refuses a directory holding more before reading any of it."""
+    files = [d for t in reference.trials for d in [*t.expected, *t.inputs, *reference.state]]
+    return sum(8 * math.prod(d["shape"]) + 4096 for d in files) + 1024 * 1024
+
+
+def _outputs(directory: Path, count: int, unreadable: list[str],
+             reference: ReferenceSet) -> list[Arrays]:
     """Outputs of trials 0.. up to the first trial without any (a prefix, as judge wants)."""
     try:
-        found = read_outputs(directory, count, limit)
+        found = read_outputs(directory, count, _max_bytes(reference), write_limit(reference))
     except (BadArrayFile, OSError) as exc:
         unreadable.append(str(exc))
         return []

@@ -48,6 +48,10 @@ class Confinement:
     #: True: fork and exec are allowed (the Neuron compiler runs programs).
     processes: bool = False
     devices: tuple[str, ...] = ()
+    #: The most bytes the child may leave in its writable directories in all (the sandbox
+    #: watches them and stops a child that writes more); None: `sandbox.write_limit`'s
+    #: default, a share of the free disk.
+    write_limit: int | None = None
 
 
 REFERENCE = Confinement()

@@ -59,6 +59,12 @@ class SandboxRunner(Protocol):
     ) -> SandboxOutcome: ...
 
 
+def _write_limit(request: dict[str, object]) -> int | None:
+    """The verification's limit on what the child leaves in its output directory."""
+    found = request.get("write_limit")
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
 def device_confinement(workdir: Path) -> Confinement:
     """The compiler runs programs (processes), reads the SDK and uses the Neuron devices."""
     sdk = tuple(p for p in (Path("/opt/aws/neuron"),) if p.exists())
@@ -236,7 +242,7 @@ class NeuronBackend:
                                      platform=self.platform),
                 runner=self._run, confinement=Confinement(
                     readable=readable, writable=(out_dir,), processes=True,
-                    devices=devices_seen))
+                    devices=devices_seen, write_limit=_write_limit(request)))
 
     def profile(self, src: str, task: Task) -> ProfileResult:
         with tempfile.TemporaryDirectory(prefix="nkibot-neuron-") as tmp:
