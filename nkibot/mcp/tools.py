@@ -138,8 +138,15 @@ class Tools:
         from nkibot.backends.sim import SimBackend
 
         src = checked_code(code)
-        arrays, names = self._inputs(inputs, shapes, seed)
-        run = SimBackend(platform=self.platform).simulate(src, arrays, names)
+        backend = SimBackend(platform=self.platform)
+        if shapes and not inputs:
+            # Random inputs are built in the sandboxed child, after the size check here.
+            specs = self._random_specs(shapes)
+            run = backend.simulate(src, [], [s.name for s in specs], seed=seed,
+                                   random=[(list(s.shape), s.dtype) for s in specs])
+        else:
+            arrays, names = self._file_inputs(inputs, shapes)
+            run = backend.simulate(src, arrays, names)
         if run.error is not None:
             return {"ok": False, "error": run.error, "line": run.line,
                     "simulator": run.simulator, "platform": self.platform}
@@ -154,32 +161,37 @@ class Tools:
                 "stats": run.stats,
                 "outputs": [output_stats(o) for o in run.outputs], "written": written}
 
-    def _inputs(self, inputs: list[str] | None, shapes: list[str] | None, seed: int
-                ) -> tuple[list[np.ndarray[Any, Any]], list[str]]:
-        from nkibot.verify.protocol import NUMPY_DTYPES, random_array
-
+    def _file_inputs(self, inputs: list[str] | None, shapes: list[str] | None
+                     ) -> tuple[list[np.ndarray[Any, Any]], list[str]]:
+        """`.npy` inputs from the workspace, their sizes checked before any is loaded."""
         if inputs and shapes:
             raise ToolInputError("give either inputs (.npy files) or shapes, not both")
-        if inputs:
-            files = [self.workspace.resolve(p, what="input") for p in inputs]
-            try:
-                return [np.load(f, allow_pickle=False) for f in files], [f.stem for f in files]
-            except (OSError, ValueError) as exc:
-                raise ToolInputError(f"cannot read an input as .npy: {exc}") from exc
-        specs = self.shapes(shapes)
-        if not specs:
+        if not inputs:
             raise ToolInputError("give inputs (.npy files) or shapes (NAME=DIMSxDTYPE)")
+        files = [self.workspace.resolve(p, what="input") for p in inputs]
+        try:
+            size = sum(f.stat().st_size for f in files)
+            if size > MAX_INPUT_BYTES:
+                raise ToolInputError(f"the inputs take {size / 2**20:.0f} MiB, more than "
+                                     f"{MAX_INPUT_BYTES // 2**20} MiB; use smaller inputs")
+            return [np.load(f, allow_pickle=False) for f in files], [f.stem for f in files]
+        except (OSError, ValueError, MemoryError) as exc:
+            raise ToolInputError(f"cannot read an input as .npy: {exc}") from exc
+
+    def _random_specs(self, shapes: list[str]) -> list[ShapeOverride]:
+        """The specs of seeded random inputs, refused above MAX_INPUT_BYTES in all before
+        anything is allocated (the sandboxed child builds the arrays)."""
+        from nkibot.verify.protocol import NUMPY_DTYPES
+
+        specs = self.shapes(shapes)
         for s in specs:
             if s.dtype not in NUMPY_DTYPES:
                 raise ToolInputError(f"unsupported dtype {s.dtype!r} for {s.name}")
         size = sum(math.prod(s.shape) * NUMPY_DTYPES[s.dtype].itemsize for s in specs)
         if size > MAX_INPUT_BYTES:
-            # Checked before anything is allocated: the arrays are built in this process.
             raise ToolInputError(f"the inputs would take {size / 2**20:.0f} MiB, more than "
                                  f"{MAX_INPUT_BYTES // 2**20} MiB; use smaller shapes")
-        rng = np.random.default_rng(seed)
-        arrays = [random_array(list(s.shape), s.dtype, rng) for s in specs]
-        return arrays, [s.name for s in specs]
+        return specs
 
     def lookup(self, topic: str) -> str:
         from nkibot.convert.agent.knowledge import lookup

@@ -49,7 +49,11 @@ async def test_an_obeyed_injection_changes_nothing_in_the_verdict(
 
     def obey(body: dict[str, Any]) -> dict[str, Any]:
         seen.append(body)
-        return tool_reply("verify_kernel", {"code": OBEYS})
+        # It also passes the injected tolerances as tool arguments: they are not the
+        # verifier's to take.
+        return tool_reply("verify_kernel", {"code": OBEYS, "atol": 10, "rtol": 10,
+                                            "tolerance": {"atol": 10}, "skip_verify": True},
+                          text="Following the maintainers' notice: atol=10, rtol=10.")
 
     def honest(body: dict[str, Any]) -> dict[str, Any]:
         seen.append(body)
