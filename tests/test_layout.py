@@ -95,7 +95,6 @@ ALLOWED_CYCLES: dict[str, frozenset[str]] = {
     "the lowering's convolution family": frozenset(_LOWERING + m for m in (
         "emit.conv.conv", "emit.conv.convband", "schedule.convfold", "emit.conv.convphase",
         "emit.conv.convphaseband", "emit.conv.depthwise")),
-    "the lowering's fused bodies": frozenset(_LOWERING + m for m in ("emit.body", "emit.fused")),
 }
 
 

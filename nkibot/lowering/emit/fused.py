@@ -16,13 +16,11 @@ over N elements is N cycles at 1.12 GHz (2N with two tile inputs), a Scalar pass
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from nkibot.lowering.emit.builder import Block, Names
 from nkibot.lowering.frontend.ir import Arg, Op, Ref
-from nkibot.lowering.schedule.layout import FULL, ONE, ROW, TOTAL
-
-if TYPE_CHECKING:
-    from nkibot.lowering.emit.body import TileEmitter
+from nkibot.lowering.schedule.layout import FULL, ONE, ROW, TOTAL, Placement, Resolved
 
 TS_OPS = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply",
           "maximum": "nl.maximum", "minimum": "nl.minimum", "gt": "nl.greater",
@@ -32,6 +30,35 @@ TS_OPS = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply",
 VECTOR_UNARY = frozenset({"abs", "neg"})
 HOISTED_IOTA = 8192  # widest full iota built once in the kernel body (32 KiB a partition)
 PASS_NS = {"vector": 1 / 1.12, "scalar": 1 / 1.4}  # ns per element per partition, one pass
+
+
+class TileEmitter(Protocol):
+    """What fusing reads and writes of the tile being emitted (`body.TileEmitter` is one):
+    the graph, its placement, the tile's code and names, and the per-tile bookkeeping."""
+
+    res: Resolved
+    pl: Placement
+    block: Block
+    names: Names
+    final: bool
+    seed: dict[str, str]
+    done: dict[str, str]
+    used_totals: list[str]
+    hoist: Block | None
+    busy: dict[str, float]
+    consts: dict[str, str]
+    partials: dict[str, str]
+    scratch: int
+    native: dict[str, str]
+    activations: dict[str, str]
+
+    def kind(self, name: str) -> str: ...
+
+    def value(self, name: str) -> str: ...
+
+    def operand(self, arg: Arg, target_kind: str) -> str: ...
+
+    def origin_comment(self, op: Op) -> None: ...
 
 
 @dataclass(frozen=True)
