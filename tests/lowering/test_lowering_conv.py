@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from nkibot.verify.guards import static_check
 from tests.lowering.lowering_support import (
     check_on_sim,
     lower_ok,
@@ -272,6 +273,30 @@ class TestEvictionEpilogue:
         lowered = lower_ok(task)
         assert lowered.plan == [] and "op=nl.relu, data=acc, bias=b_t" in lowered.source
         check_on_sim(task)
+
+    def test_residual_block_tail(self) -> None:
+        """ResNet's conv2 -> bn2 -> += identity -> ReLU: acc * scale + identity on the Vector
+        Engine, then ReLU(. + shift) on the eviction; one group (4 stages before)."""
+        init = ("        self.conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)\n"
+                "        self.bn = nn.BatchNorm2d(8)\n" + BN_STATS)
+        task = make_task(module_source("torch.relu(self.bn(self.conv(x)) + x)", init=init),
+                         [(2, 8, 10, 10)])
+        lowered = lower_ok(task)
+        assert lowered.plan == [] and "operand1=r_t" in lowered.source
+        assert static_check(lowered.source) == []
+        check_on_sim(task)
+
+    @pytest.mark.parametrize("expr", ["F.relu6(self.bn(self.conv(x)))",
+                                      "x + self.bn(self.conv(x))",
+                                      "torch.clamp(self.conv(x) + x, -0.5, 0.5)"])
+    def test_clamps_and_residuals_after_the_activation(self, expr: str) -> None:
+        """MobileNet's ReLU6 (max 0, min 6: one tensor_scalar), a residual after the
+        BatchNorm, and a clamp after a biased conv plus residual."""
+        init = ("        self.conv = nn.Conv2d(6, 6, 1)\n"
+                "        self.bn = nn.BatchNorm2d(6)\n" + BN_STATS)
+        task = make_task(module_source(expr, init=init), [(2, 6, 7, 7)])
+        assert lower_ok(task).plan == []
+        check_on_sim(task, domain="normal")
 
     def test_depthwise_with_batchnorm_is_staged(self) -> None:
         """A depthwise conv keeps its own form: the BatchNorm is a stage after it."""

@@ -134,42 +134,61 @@ EVICT_ACT = {"relu": "nl.relu", "sigmoid": "nl.sigmoid", "tanh": "nl.tanh", "sil
 
 @dataclass(frozen=True)
 class Epilogue:
-    """Work a conv's PSUM eviction does (one Scalar Engine `activation` a tile): an eval
-    BatchNorm folded into a per-channel scale and shift, then an activation function."""
+    """Work a conv's PSUM eviction does: an eval BatchNorm folded into a per-channel scale
+    and shift, then `steps` in order, each an activation function (op.op in EVICT_ACT), a
+    clamp by a literal (maximum / minimum) or the add of a residual of the output's shape
+    (`residual`, a kernel argument or an earlier stage's tensor)."""
 
     norm: Op | None
-    act: Op | None
-
-    @property
-    def fn(self) -> str:
-        return EVICT_ACT[self.act.op] if self.act is not None else "nl.copy"
+    steps: tuple[Op, ...]
+    residual: str | None = None
 
     @property
     def origins(self) -> str:
-        return ", ".join(op.origin or op.op for op in (self.norm, self.act) if op is not None)
+        ops = ([self.norm] if self.norm is not None else []) + list(self.steps)
+        return ", ".join(dict.fromkeys(op.origin or op.op for op in ops))
+
+
+def _pointwise_step(op: Op, refs: list[str]) -> bool:
+    """An activation function, or a clamp by a literal (maximum / minimum)."""
+    if op.op in EVICT_ACT:
+        return len(op.args) == 1
+    return op.op in ("maximum", "minimum") and len(refs) == 1 and isinstance(
+        op.args[1], int | float) and not isinstance(op.args[1], bool)
 
 
 def _epilogue(res: Resolved, conv: Op, outputs: list[Output]) -> Epilogue | None:
-    """conv -> [eval BatchNorm of it] -> [activation], the last the group's one output."""
+    """conv -> [eval BatchNorm of it] -> activations, clamps, one residual add; the last op
+    the group's one output."""
     rest = [op for op in res.ops if op is not conv]
-    if not rest or len(outputs) != 1 or len(rest) > 2:
+    if not rest or len(outputs) != 1:
         return None
-    prev, norm, act = conv.name, None, None
+    prev, norm, residual = conv.name, None, None
+    steps: list[Op] = []
     for op in rest:
-        src = op.args[0] if op.args else None
-        if not isinstance(src, Ref) or res.target(src.name) != prev:
+        refs = [res.target(a.name) for a in op.args if isinstance(a, Ref)]
+        if prev not in refs:
             return None
-        if norm is None and act is None and op.op == "blocknorm" and (
-                op.attr("kind") == "batch"):
+        if not steps and norm is None and op.op == "blocknorm" and op.attr("kind") == "batch":
+            if refs[0] != prev:
+                return None
             norm = op
-        elif act is None and op.op in EVICT_ACT and len(op.args) == 1:
-            act = op
+        elif _pointwise_step(op, refs):
+            steps.append(op)
+        elif op.op == "add" and residual is None and len(refs) == 2:
+            other = refs[1] if refs[0] == prev else refs[0]
+            view = res.views.get(other)
+            if view is None or view.transposed or view.sliced or view.shape != op.shape or (
+                    view.shape != view.leaf.shape or op.shape != conv.shape):
+                return None
+            residual = view.leaf.name
+            steps.append(op)
         else:
             return None
         prev = op.name
     if res.target(outputs[0].name) != prev:
         return None
-    return Epilogue(norm, act)
+    return Epilogue(norm, tuple(steps), residual)
 
 
 def emit_conv(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
@@ -180,7 +199,8 @@ def emit_conv(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     convs = [op for op in res.ops if op.op == "conv"]
     epi = _epilogue(res, convs[0], outputs) if len(convs) == 1 else None
     if epi is not None:
-        _emit_one(res, convs[0], kernel, *_input(res, convs[0]), outputs[0], epi)
+        x, shape, dtype = _input(res, convs[0])
+        _emit_one(res, convs[0], kernel, x, shape, dtype, outputs[0], epi)
         return
     if len(convs) != len(res.ops) or len(outputs) != 1 or (
             res.target(outputs[0].name) != convs[-1].name):
@@ -254,14 +274,17 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype, slab is not None,
                                 fold, epi)
     pair = epi is not None and epi.norm is not None
+    resid = epi.residual if epi is not None else None
     if slab is not None:
         sizes = {min(slab[0], spec.dims[0].size_out - z0)
                  for z0 in range(0, spec.dims[0].size_out, slab[0])}
         bands = {zsz: _emit_slab_helper(kernel, spec, bias is not None, tile_fn, compute,
-                                        (zsz, slab[1]), fold) for zsz in sorted(sizes)}
-        _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab[0], fold, pair)
+                                        (zsz, slab[1]), fold, resid is not None)
+                 for zsz in sorted(sizes)}
+        _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab[0], fold, pair, resid)
     else:
-        _emit_body(kernel, spec, x, w, bias, out, {0: tile_fn}, compute, None, fold, pair)
+        _emit_body(kernel, spec, x, w, bias, out, {0: tile_fn}, compute, None, fold, pair,
+                   resid)
 
 
 def _emit_folded_norm(res: Resolved, kernel: Kernel, norm: Op, conv_bias: str | None,
@@ -341,14 +364,19 @@ def _slab(d: Dim, rows: int) -> int:
 
 
 
+def _outs(resid: bool) -> str:
+    """The output view, and the residual's view when the eviction adds one."""
+    return "out_v, r_v" if resid else "out_v"
+
+
 def _emit_bands(body: Block, spec: ConvSpec, rows: int, has_bias: bool,
-                bands: dict[int, str], fold: Fold) -> None:
+                bands: dict[int, str], fold: Fold, resid: bool = False) -> None:
     """Bands of `rows` output rows, each loading the input rows it reads (per row shift
     u0 of the fold: first input row, count, band row); closes the batch and group loops
     the caller opened."""
     d0 = spec.dims[0]
     body.comment(f"bands of {rows} output rows; each loads the input rows it reads")
-    head = "x_v, w_sb, " + ("b_v, " if has_bias else "") + "out_v, n, g"
+    head = "x_v, w_sb, " + ("b_v, " if has_bias else "") + _outs(resid) + ", n, g"
     for z0 in range(0, d0.size_out, rows):
         zsz = min(rows, d0.size_out - z0)
         shifts = tuple(convfold.shifted(_band(d0, z0, zsz), d0, u0 * d0.dil)
@@ -358,11 +386,11 @@ def _emit_bands(body: Block, spec: ConvSpec, rows: int, has_bias: bool,
     body.dedent()
 
 def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
-                    tile_fn: str) -> None:
+                    tile_fn: str, resid: bool = False) -> None:
     """The output tiles over the loaded plane x_sb (channels x positions); closes the batch
     and group loops the caller opened."""
     sp = _sp(spec)
-    params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + "out_v, n, g"
+    params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + _outs(resid) + ", n, g"
     if fold.rows > 1:
         from nkibot.lowering.emit.conv import convband
 
@@ -440,11 +468,14 @@ def _fold_note(spec: ConvSpec, fold: Fold) -> str:
 
 def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None, out: Output,
                fns: dict[int, str], compute: str, slab: int | None, fold: Fold,
-               pair: bool = False) -> None:
+               pair: bool = False, resid: str | None = None) -> None:
     """Weights, then per batch element the plane (or its bands) and the output tiles;
     `fns` maps each band's row count to its helper (no bands: 0 to the tile helper)."""
     body = kernel.body
     emit_views(body, spec, x, w, bias, out, pair)
+    if resid is not None:
+        outs = ", ".join(str(d.size_out) for d in spec.dims)
+        body.line(f"r_v = {resid}.reshape(({spec.batch}, {spec.groups}, {spec.cout_g}, {outs}))")
     body.line(f"for g in nl.affine_range({spec.groups}):")
     body.indent()
     body.comment("weights stay resident for every batch element and output tile of group g"
@@ -453,10 +484,10 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
     if slab is not None:
-        _emit_bands(body, spec, slab, bias is not None, fns, fold)
+        _emit_bands(body, spec, slab, bias is not None, fns, fold, resid is not None)
         return
     emit_plane(body, spec, fold, compute)
-    _emit_tile_grid(body, spec, fold, bias is not None, fns[0])
+    _emit_tile_grid(body, spec, fold, bias is not None, fns[0], resid is not None)
 
 
 def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
@@ -532,7 +563,7 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     if epi is not None:
         if fold.rows > 1:
             raise LayoutError(f"{epi.origins} on a banded conv's eviction (staged instead)")
-        _emit_eviction(blk, epi, bias)
+        _emit_eviction(blk, epi, bias, index)
     elif fold.rows > 1:
         from nkibot.lowering.emit.conv import convband
 
@@ -546,7 +577,9 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     if fold.rows == 1:
         blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {', '.join(index)}], res)")
     args = ", ".join(f"{v}0, {v}sz" for v in sp) + (", rlast" if fold.rows > 1 else "")
-    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g" + (", z0" if banded else "")
+    resid = epi is not None and epi.residual is not None
+    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + _outs(resid) + ", n, g" + (
+        ", z0" if banded else "")
     kernel.helpers.append([
         f"def {fn}({head}, c0, csz, {args}):",
         '    """Output channels c0..c0+csz (of group g) at one tile of output positions."""',
@@ -555,21 +588,55 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     return fn
 
 
-def _emit_eviction(blk: Block, epi: Epilogue, bias: bool) -> None:
-    """PSUM -> SBUF through one Scalar Engine `activation`: fn(acc * scale + shift)."""
+def _emit_eviction(blk: Block, epi: Epilogue, bias: bool, index: list[str]) -> None:
+    """PSUM -> SBUF: the folded BatchNorm (or the bias), a residual right after it and the
+    first activation in one Scalar Engine `activation` (the residual by one Vector
+    instruction before it); later steps on the SBUF tile."""
+    steps = list(epi.steps)
+    scale = shift = None
     if epi.norm is not None:
         blk.line("st = nl.load(b_v[g, nl.ds(c0, csz), 0:2], dtype=nl.float32)")
-        blk.comment(f"eviction: {epi.fn}(acc * scale + shift) per output channel "
-                    f"({epi.origins} on the Scalar Engine)")
-        blk.line(f"nisa.activation(dst=res, op={epi.fn}, data=acc, scale=st[0:csz, 0:1], "
-                 "bias=st[0:csz, 1:2])")
+        scale, shift = "st[0:csz, 0:1]", "st[0:csz, 1:2]"
     elif bias:
         blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
-        blk.comment(f"eviction: {epi.fn}(acc + bias) ({epi.origins} on the Scalar Engine)")
-        blk.line(f"nisa.activation(dst=res, op={epi.fn}, data=acc, bias=b_t)")
-    else:
-        blk.comment(f"eviction: {epi.fn}(acc) ({epi.origins} on the Scalar Engine)")
-        blk.line(f"nisa.activation(dst=res, op={epi.fn}, data=acc)")
+        shift = "b_t"
+    data = "acc"
+    if steps and steps[0].op == "add":
+        blk.line(f"r_t = nl.load(r_v[n, g, nl.ds(c0, csz), {', '.join(index)}], "
+                 "dtype=nl.float32)")
+        blk.line("y = nl.ndarray(r_t.shape, dtype=nl.float32, buffer=nl.sbuf)")
+        if scale is not None:
+            blk.comment(f"{steps[0].origin}: acc * scale + residual on the Vector Engine")
+            blk.line(f"nisa.scalar_tensor_tensor(dst=y, data=acc, op0=nl.multiply, "
+                     f"operand0={scale}, op1=nl.add, operand1=r_t)")
+        else:
+            blk.comment(f"{steps[0].origin}: acc + residual on the Vector Engine")
+            blk.line("nisa.tensor_tensor(dst=y, data1=acc, data2=r_t, op=nl.add)")
+        data, scale = "y", None
+        steps.pop(0)
+    fn = "nl.copy"
+    if steps and steps[0].op in EVICT_ACT:
+        fn = EVICT_ACT[steps.pop(0).op]
+    args = "".join(f", {k}={v}" for k, v in (("scale", scale), ("bias", shift)) if v)
+    blk.comment(f"eviction: {fn}({data}" + (" * scale" if scale else "") + (
+        " + shift" if shift else "") + f") per output channel on the Scalar Engine ({epi.origins})")
+    blk.line(f"nisa.activation(dst=res, op={fn}, data={data}{args})")
+    while steps:
+        op = steps.pop(0)
+        if op.op in EVICT_ACT:
+            blk.line(f"nisa.activation(dst=res, op={EVICT_ACT[op.op]}, data=res)")
+        elif op.op == "add":
+            blk.line(f"r_t = nl.load(r_v[n, g, nl.ds(c0, csz), {', '.join(index)}], "
+                     "dtype=nl.float32)")
+            blk.comment(f"{op.origin}: the residual, on the Vector Engine")
+            blk.line("nisa.tensor_tensor(dst=res, data1=res, data2=r_t, op=nl.add)")
+        else:
+            clamp = f"op0=nl.{op.op}, operand0={float(str(op.args[1]))!r}"
+            if steps and steps[0].op in ("maximum", "minimum") and steps[0].op != op.op:
+                nxt = steps.pop(0)
+                clamp += f", op1=nl.{nxt.op}, operand1={float(str(nxt.args[1]))!r}"
+            blk.comment(f"{op.origin}: a clamp on the Vector Engine")
+            blk.line(f"nisa.tensor_scalar(dst=res, data=res, {clamp})")
 
 
 def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: int) -> None:
@@ -635,7 +702,7 @@ def _band_block(blk: Block, spec: ConvSpec, part: str, u: tuple[int, ...], slab:
 
 
 def _emit_slab_helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: str,
-                      tiles: tuple[int, int], fold: Fold) -> str:
+                      tiles: tuple[int, int], fold: Fold, resid: bool = False) -> str:
     """A band of `tiles[0]` output rows from z0: load the input rows it reads, then its
     tiles of `tiles[1]` rows."""
     fn = kernel.names.fresh("conv_band")
@@ -652,12 +719,12 @@ def _emit_slab_helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, 
         blk.line(f"i0, icount, j0 = rows[{u[0]}]")
         _band_block(blk, spec, f"{b * cin}:{(b + 1) * cin}", u, slab, compute)
     sp = _sp(spec)
-    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g, z0"
+    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + _outs(resid) + ", n, g, z0"
     fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
     axes = [Axis("c", spec.cout_g, PMAX), Axis(sp[0], tiles[0], tiles[1])] + [
         Axis(v, d.size_out, t) for v, d, t in zip(sp[1:], rest, _tiles(spec)[1:], strict=True)]
     emit_grid(blk, axes, f"{tile_fn}({params}, {fields})", "affine_range")
-    head = "x_v, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"
+    head = "x_v, w_sb, " + ("b_v, " if bias else "") + _outs(resid) + ", n, g"
     kernel.helpers.append([f"def {fn}({head}, z0, rows):",
                            f'    """Output rows z0..z0+{tiles[0]}, band-relative tiles."""',
                            *blk.lines])
