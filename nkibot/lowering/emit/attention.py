@@ -30,7 +30,7 @@ import math
 from nkibot.lowering.emit.builder import PMAX, Block, nl_dtype
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import Op, Ref
-from nkibot.lowering.schedule.layout import LayoutError, Resolved
+from nkibot.lowering.schedule.layout import LayoutError, Resolved, last_two_swapped
 
 KV_TILE = 512  # keys per score tile: gemm_moving_fmax, one fp32 PSUM bank per partition
 V_COLS = 512  # V's columns per P V matmul: gemm_moving_fmax
@@ -39,15 +39,16 @@ LOW = {"bfloat16", "float16"}
 RESIDENT_BUDGET = 64 * 1024
 
 
-def _leaf(res: Resolved, arg: object, what: str) -> tuple[str, str, tuple[int, ...]]:
-    """(kernel argument, dtype, shape) of an attention operand: an input, possibly
-    reshaped, or the HBM scratch a layout copy wrote (not a leaf of this group's graph)."""
+def _leaf(res: Resolved, arg: object, what: str) -> tuple[str, str, tuple[int, ...], bool]:
+    """(kernel argument, dtype, shape, stored transposed) of an attention operand: an
+    input, possibly reshaped or with its last two dims swapped (stored [.., E, L], AWS's
+    kernels' layout), or the HBM scratch a layout copy wrote (not a leaf of this group)."""
     if not isinstance(arg, Ref) or res.target(arg.name) not in res.views:
         raise LayoutError(f"attention's {what} is computed; only inputs are lowered")
     view = res.views[res.target(arg.name)]
-    if view.transposed or view.sliced:
+    if view.sliced or (view.transposed and not last_two_swapped(view)):
         raise LayoutError(f"attention's {what} is a transposed or sliced view")
-    return view.leaf.name, view.leaf.dtype, view.shape
+    return view.leaf.name, view.leaf.dtype, view.shape, view.transposed
 
 
 def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
@@ -55,8 +56,8 @@ def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
         raise LayoutError("attention with other ops in the graph (only a lone "
                           "scaled_dot_product_attention is lowered)")
     op = res.ops[0]
-    (q, qd, qs), (k, kd, ks), (v, vd, vs) = (_leaf(res, a, w)
-                                             for a, w in zip(op.args, "QKV", strict=True))
+    (q, qd, qs, qt), (k, kd, ks, kt), (v, vd, vs, vt) = (
+        _leaf(res, a, w) for a, w in zip(op.args, "QKV", strict=True))
     if len({qd, kd, vd}) != 1:
         raise LayoutError(f"attention operands of mixed dtypes ({qd}, {kd}, {vd})")
     heads, length, emb = math.prod(op.shape[:-2]), qs[-2], qs[-1]
@@ -66,12 +67,17 @@ def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
     mask = " with the causal mask" if op.attr("causal", False) else ""
     body.comment(f"{op.origin}: softmax(Q K^T * {op.attr('scale')!r}{mask}) V, {heads} heads of "
                  f"{length} queries x {keys} keys, E={emb}, Ev={ev}")
-    body.line(f"q_v = {q}.reshape(({heads}, {length}, {emb}))")
-    body.line(f"k_v = {k}.reshape(({heads}, {keys}, {emb}))")
-    body.line(f"v_v = {v}.reshape(({heads}, {keys}, {ev}))")
+    for name, var, rows, cols, stored_t in (("q_v", q, length, emb, qt), ("k_v", k, keys, emb, kt),
+                                            ("v_v", v, keys, ev, vt)):
+        if stored_t:
+            body.comment(f"{name[0].upper()} is stored [{cols}, {rows}] per head (transposed "
+                         "in the module): read in that layout")
+        shape = (heads, cols, rows) if stored_t else (heads, rows, cols)
+        body.line(f"{name} = {var}.reshape({shape!r})")
     body.line(f"out_v = {outputs[0].var}.reshape(({heads}, {length}, {ev}))")
     dims = _Dims(emb, ev, float(str(op.attr("scale"))), compute, nl_dtype(outputs[0].dtype))
     dims.causal, dims.keys = bool(op.attr("causal", False)), keys
+    dims.qt, dims.kt, dims.vt = qt, kt, vt
     single = keys <= KV_TILE
     item = 2 if qd in LOW else 4
     dims.resident = keys % PMAX == 0 and keys // PMAX * (dims.ke * PMAX + ev) * item <= (
@@ -97,27 +103,48 @@ def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
 
 
 def _emit_resident(body: Block, kernel: Kernel, d: _Dims, keys: int) -> None:
-    """K^T and V of head g loaded once for all its query blocks. Partition r holds keys
-    r * J .. r * J + J - 1 (J = keys / 128), so each loads with one DMA of J-row runs; key
-    block j (keys r * J + j over the partitions) is transposed into K^T's columns
-    j * 128 + r, and V's block j holds the same keys: softmax and P V only need K^T's
-    columns and V's rows in the same order."""
+    """K^T and V of head g loaded once for all its query blocks. K^T's column j * 128 + r
+    and V's block j, partition r, hold the same key: softmax and P V only need that.
+    With K and V both stored [keys, *], partition r holds keys r * J .. r * J + J - 1
+    (J = keys / 128), so each loads with one DMA of J-row runs, and key block j is keys
+    r * J + j. When either is stored transposed, keys stay in order (block j is keys
+    j * 128 + r): a transposed K loads straight into K^T, a transposed V is turned on the
+    Tensor Engine block by block."""
     fn = kernel.names.fresh("attention_kv")
     j, cd = keys // PMAX, d.compute
+    natural = d.kt or d.vt
+    rows = (f".reshape(({j}, {PMAX}, {{c}})).permute((1, 0, 2))" if natural
+            else f".reshape(({PMAX}, {j}, {{c}}))")
     blk = Block(depth=1)
-    blk.line(f"k_nat = nl.ndarray(({PMAX}, {j}, {d.emb}), dtype={cd}, buffer=nl.sbuf)")
-    blk.line(f"nisa.dma_copy(dst=k_nat, src=k_v[g].reshape(({PMAX}, {j}, {d.emb})))")
-    blk.line(f"nisa.dma_copy(dst=v_all, src=v_v[g].reshape(({PMAX}, {j}, {d.ev})))")
-    blk.line(f"for c in range({j}):")
-    for e in range(d.ke):
-        ew = min(PMAX, d.emb - e * PMAX)
-        blk.line(f"    kt_ps = nl.ndarray(({ew}, {PMAX}), dtype={cd}, buffer=nl.psum)")
-        blk.line(f"    nisa.nc_transpose(kt_ps, k_nat[0:{PMAX}, c, {e * PMAX}:{e * PMAX + ew}])")
-        blk.line(f"    nisa.tensor_copy(dst=k_all[0:{ew}, {e}, nl.ds(c * {PMAX}, {PMAX})], "
-                 "src=kt_ps)")
+    if d.kt:
+        for e in range(d.ke):
+            ew = min(PMAX, d.emb - e * PMAX)
+            blk.line(f"nisa.dma_copy(dst=k_all[0:{ew}, {e}, 0:{keys}], "
+                     f"src=k_v[g, {e * PMAX}:{e * PMAX + ew}, 0:{keys}])")
+    else:
+        blk.line(f"k_nat = nl.ndarray(({PMAX}, {j}, {d.emb}), dtype={cd}, buffer=nl.sbuf)")
+        blk.line(f"nisa.dma_copy(dst=k_nat, src=k_v[g]{rows.format(c=d.emb)})")
+        blk.line(f"for c in range({j}):")
+        for e in range(d.ke):
+            ew = min(PMAX, d.emb - e * PMAX)
+            blk.line(f"    kt_ps = nl.ndarray(({ew}, {PMAX}), dtype={cd}, buffer=nl.psum)")
+            blk.line(f"    nisa.nc_transpose(kt_ps, k_nat[0:{PMAX}, c, {e * PMAX}:{e * PMAX + ew}])")
+            blk.line(f"    nisa.tensor_copy(dst=k_all[0:{ew}, {e}, nl.ds(c * {PMAX}, {PMAX})], "
+                     "src=kt_ps)")
+    if d.vt:
+        for e0 in range(0, d.ev, PMAX):
+            ew = min(PMAX, d.ev - e0)
+            blk.line(f"v_nat = nl.ndarray(({ew}, {keys}), dtype={cd}, buffer=nl.sbuf)")
+            blk.line(f"nisa.dma_copy(dst=v_nat, src=v_v[g, {e0}:{e0 + ew}, 0:{keys}])")
+            blk.line(f"for c in range({j}):")
+            blk.line(f"    vt_ps = nl.ndarray(({PMAX}, {ew}), dtype={cd}, buffer=nl.psum)")
+            blk.line(f"    nisa.nc_transpose(vt_ps, v_nat[0:{ew}, nl.ds(c * {PMAX}, {PMAX})])")
+            blk.line(f"    nisa.tensor_copy(dst=v_all[0:{PMAX}, c, {e0}:{e0 + ew}], src=vt_ps)")
+    else:
+        blk.line(f"nisa.dma_copy(dst=v_all, src=v_v[g]{rows.format(c=d.ev)})")
     kernel.helpers.append([f"def {fn}(k_all, v_all, k_v, v_v, g):",
                            '    """Head g\'s K^T [E-chunks, keys] and V [128, J, Ev], keys '
-                           'permuted alike (see emit_attention)."""', *blk.lines])
+                           'in the same order (see _emit_resident)."""', *blk.lines])
     body.comment(f"K^T and V of head g resident for every query block ({keys} keys)")
     body.line(f"k_all = nl.ndarray(({PMAX}, {d.ke}, {keys}), dtype={cd}, buffer=nl.sbuf)")
     body.line(f"v_all = nl.ndarray(({PMAX}, {j}, {d.ev}), dtype={cd}, buffer=nl.sbuf)")
@@ -131,12 +158,43 @@ class _Dims:
         self.resident = False  # K^T and V loaded once per head (_emit_resident)
         self.causal = False  # is_causal: scores past the diagonal are -inf
         self.keys = 0
+        self.qt = self.kt = self.vt = False  # stored [.., E, L]: transposed in the module
 
 
 def _emit_rows(kernel: Kernel, d: _Dims, keys: int, first: str, later: str) -> str:
     """Query rows q0..q0+p of head g: Q^T resident, the key tiles in order, then 1 / l."""
     fn = kernel.names.fresh("attention_rows")
     blk = Block(depth=1)
+    if d.qt:
+        _emit_q_stored_t(blk, d)
+    else:
+        _emit_q_turned(blk, d)
+    _emit_rows_tail(blk, d, keys, first, later)
+    kernel.helpers.append([f"def {fn}(q_v, k_v, v_v, out_v, g, q0, p):",
+                           '    """Query rows q0..q0+p of head g, over every key tile."""',
+                           *blk.lines])
+    return fn
+
+
+def _emit_q_stored_t(blk: Block, d: _Dims) -> None:
+    """Q stored [E, L]: its E-chunks are the stationary operands as they lie in HBM."""
+    blk.comment("Q stored [E, L]: each E-chunk of this block loads as a stationary operand"
+                + (f"; the scale {d.scale!r} on the Scalar Engine" if d.scale != 1.0 else ""))
+    blk.line(f"q_t = nl.ndarray(({PMAX}, {d.ke}, p), dtype={d.compute}, buffer=nl.sbuf)")
+    for e in range(d.ke):
+        w = min(PMAX, d.emb - e * PMAX)
+        rows = f"{e * PMAX}:{e * PMAX + w}"
+        if d.scale == 1.0:
+            blk.line(f"nisa.dma_copy(dst=q_t[0:{w}, {e}, 0:p], src=q_v[g, {rows}, nl.ds(q0, p)])")
+            continue
+        blk.line(f"q_raw = nl.ndarray(({w}, p), dtype={d.compute}, buffer=nl.sbuf)")
+        blk.line(f"nisa.dma_copy(dst=q_raw, src=q_v[g, {rows}, nl.ds(q0, p)])")
+        blk.line(f"nisa.activation(dst=q_t[0:{w}, {e}, 0:p], op=nl.copy, data=q_raw, "
+                 f"scale={d.scale!r})")
+
+
+def _emit_q_turned(blk: Block, d: _Dims) -> None:
+    """Q stored [L, E]: its block transposed on the PE into E-chunks."""
     blk.comment("Q's block, transposed on the Tensor Engine into E-chunks (stationary operands); "
                 f"the copy out of PSUM (Scalar Engine) applies the scale {d.scale!r}")
     blk.line(f"q_nat = nl.load(q_v[g, nl.ds(q0, p), 0:{d.emb}], dtype={d.compute})")
@@ -147,6 +205,10 @@ def _emit_rows(kernel: Kernel, d: _Dims, keys: int, first: str, later: str) -> s
         blk.line(f"nisa.nc_transpose(qt_ps, q_nat[0:p, {e * PMAX}:{e * PMAX + w}])")
         blk.line(f"nisa.activation(dst=q_t[0:{w}, {e}, 0:p], op=nl.copy, data=qt_ps, "
                  f"scale={d.scale!r})")
+
+
+def _emit_rows_tail(blk: Block, d: _Dims, keys: int, first: str, later: str) -> None:
+    """The statistics, the key tiles in order, then 1 / l and the store."""
     single = keys <= KV_TILE
     blk.comment("running -max of the scaled scores (neg_m), row sum l" + (
         " and the normalised output o" if single else " and the unnormalised output o (fp32)"))
@@ -173,10 +235,6 @@ def _emit_rows(kernel: Kernel, d: _Dims, keys: int, first: str, later: str) -> s
         blk.line(f"res = nl.ndarray((p, {d.ev}), dtype={d.out}, buffer=nl.sbuf)")
         blk.line("nisa.tensor_scalar(dst=res, data=o, op0=nl.multiply, operand0=inv_l)")
         blk.line(f"nl.store(out_v[g, nl.ds(q0, p), 0:{d.ev}], res)")
-    kernel.helpers.append([f"def {fn}(q_v, k_v, v_v, out_v, g, q0, p):",
-                           '    """Query rows q0..q0+p of head g, over every key tile."""',
-                           *blk.lines])
-    return fn
 
 
 def _emit_step(kernel: Kernel, op: Op, d: _Dims, first: bool, only: bool) -> str:
@@ -203,23 +261,41 @@ def _emit_step(kernel: Kernel, op: Op, d: _Dims, first: bool, only: bool) -> str
 
 
 def _emit_kv_tile(blk: Block, d: _Dims) -> None:
-    """Streamed form: this key tile's K rows transposed, V's rows loaded."""
+    """Streamed form: this key tile's K^T (loaded as it lies when K is stored [E, keys],
+    else K's rows turned on the PE) and V's rows (turned on the PE when stored [Ev, keys])."""
     cd = d.compute
-    blk.comment("K's rows transposed on the PE into [E-chunk, keys] (moving operands); "
-                "V's rows as they are")
+    blk.comment("K^T as [E-chunk, keys] (moving operands) and V's rows [keys, Ev]")
     blk.line(f"k_t = nl.ndarray(({PMAX}, {d.ke}, st), dtype={cd}, buffer=nl.sbuf)")
     blk.line(f"v_sb = nl.ndarray(({PMAX}, (st + {PMAX - 1}) // {PMAX}, {d.ev}), dtype={cd}, "
              "buffer=nl.sbuf)")
+    if d.kt:
+        for e in range(d.ke):
+            ew = min(PMAX, d.emb - e * PMAX)
+            blk.line(f"nisa.dma_copy(dst=k_t[0:{ew}, {e}, 0:st], "
+                     f"src=k_v[g, {e * PMAX}:{e * PMAX + ew}, nl.ds(k0, st)])")
     blk.line(f"for c in range((st + {PMAX - 1}) // {PMAX}):")
     blk.line(f"    w = min({PMAX}, st - c * {PMAX})")
-    blk.line(f"    k_nat = nl.load(k_v[g, nl.ds(k0 + c * {PMAX}, w), 0:{d.emb}], dtype={cd})")
-    for e in range(d.ke):
-        ew = min(PMAX, d.emb - e * PMAX)
-        blk.line(f"    kt_ps = nl.ndarray(({ew}, w), dtype={cd}, buffer=nl.psum)")
-        blk.line(f"    nisa.nc_transpose(kt_ps, k_nat[0:w, {e * PMAX}:{e * PMAX + ew}])")
-        blk.line(f"    nisa.tensor_copy(dst=k_t[0:{ew}, {e}, nl.ds(c * {PMAX}, w)], src=kt_ps)")
-    blk.line(f"    nisa.dma_copy(dst=v_sb[0:w, c, 0:{d.ev}], "
-             f"src=v_v[g, nl.ds(k0 + c * {PMAX}, w), 0:{d.ev}])")
+    if not d.kt:
+        blk.line(f"    k_nat = nl.load(k_v[g, nl.ds(k0 + c * {PMAX}, w), 0:{d.emb}], "
+                 f"dtype={cd})")
+        for e in range(d.ke):
+            ew = min(PMAX, d.emb - e * PMAX)
+            blk.line(f"    kt_ps = nl.ndarray(({ew}, w), dtype={cd}, buffer=nl.psum)")
+            blk.line(f"    nisa.nc_transpose(kt_ps, k_nat[0:w, {e * PMAX}:{e * PMAX + ew}])")
+            blk.line(f"    nisa.tensor_copy(dst=k_t[0:{ew}, {e}, nl.ds(c * {PMAX}, w)], "
+                     "src=kt_ps)")
+    if not d.vt:
+        blk.line(f"    nisa.dma_copy(dst=v_sb[0:w, c, 0:{d.ev}], "
+                 f"src=v_v[g, nl.ds(k0 + c * {PMAX}, w), 0:{d.ev}])")
+        return
+    for e0 in range(0, d.ev, PMAX):
+        ew = min(PMAX, d.ev - e0)
+        blk.line(f"    v_nat = nl.ndarray(({ew}, w), dtype={cd}, buffer=nl.sbuf)")
+        blk.line(f"    nisa.dma_copy(dst=v_nat, src=v_v[g, {e0}:{e0 + ew}, "
+                 f"nl.ds(k0 + c * {PMAX}, w)])")
+        blk.line(f"    vt_ps = nl.ndarray((w, {ew}), dtype={cd}, buffer=nl.psum)")
+        blk.line("    nisa.nc_transpose(vt_ps, v_nat)")
+        blk.line(f"    nisa.tensor_copy(dst=v_sb[0:w, c, {e0}:{e0 + ew}], src=vt_ps)")
 
 
 def _emit_scores(blk: Block, op: Op, d: _Dims, first: bool, only: bool) -> None:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nkibot.lowering.emit import fused
+from nkibot.lowering.emit import fused, rowstats
 from nkibot.lowering.emit.builder import (
     Block,
     Names,
@@ -94,6 +94,13 @@ class TileEmitter:
     native: dict[str, str] = field(default_factory=dict)  # tile var -> its nl dtype if not fp32
     activations: dict[str, str] = field(default_factory=lambda: dict(ACTIVATIONS))
     _origin: str = ""
+    _skipped: frozenset[str] | None = None
+
+    def skipped(self) -> frozenset[str]:
+        """Ops of this graph never emitted (rowstats: replaced by bn_stats/bn_aggr)."""
+        if self._skipped is None:
+            self._skipped = rowstats.replaced(self)
+        return self._skipped
 
     def shape(self, kind: str) -> str:
         if self.final or kind in (ONE, TOTAL):
@@ -202,7 +209,8 @@ class TileEmitter:
 
     def compute(self, name: str) -> str:
         op = next(o for o in self.res.ops if o.name == name)
-        found = fused.fused(self, op) or fused.arg_extreme(self, op)
+        found = (rowstats.moments(self, op) or fused.fused(self, op)
+                 or fused.arg_extreme(self, op))
         if found is not None:
             return found
         src = op.args[0] if op.args else None

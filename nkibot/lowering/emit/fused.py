@@ -60,6 +60,8 @@ class TileEmitter(Protocol):
 
     def origin_comment(self, op: Op) -> None: ...
 
+    def skipped(self) -> frozenset[str]: ...
+
 
 @dataclass(frozen=True)
 class Step:
@@ -87,7 +89,11 @@ def single_use(em: TileEmitter, name: str) -> bool:
     """Only one op reads `name`, it is no output and not computed yet: it may be fused."""
     outputs = {em.res.target(r.name) for r in em.res.graph.outputs}
     return (name not in outputs and name not in em.done and name not in em.seed
-            and _op(em, name) is not None and len(users(em, name)) == 1)
+            and _op(em, name) is not None
+            # a reader already done, or one that is never emitted (rowstats: the squares of
+            # a centred value whose variance comes from bn_aggr), does not count
+            and len([u for u in users(em, name)
+                     if u.name not in em.done and u.name not in em.skipped()]) == 1)
 
 
 def full_kind(em: TileEmitter, name: str) -> bool:
@@ -202,8 +208,10 @@ def tile_var(em: TileEmitter, name: str, base: str = "") -> str:
     return var
 
 
-def coef(em: TileEmitter, c: Coef, bias: bool) -> str | None:
+def coef(em: TileEmitter, c: Coef | str, bias: bool) -> str | None:
     """The activation argument for a scale or bias (a bias must be a [p, 1] tile on trn1)."""
+    if isinstance(c, str):
+        return c
     if isinstance(c, tuple):
         var = em.operand(Ref(c[0]), ROW)
         if not c[1]:
@@ -227,8 +235,8 @@ def coef(em: TileEmitter, c: Coef, bias: bool) -> str | None:
     return em.consts[key]
 
 
-def activation(em: TileEmitter, name: str, func: str, data: str, scale: Coef = 1.0,
-               bias: Coef = 0.0) -> str:
+def activation(em: TileEmitter, name: str, func: str, data: str, scale: Coef | str = 1.0,
+               bias: Coef | str = 0.0) -> str:
     """`dst = func(data * scale + bias)` on the Scalar Engine; a row sum of dst rides along."""
     scale_arg, bias_arg = coef(em, scale, False), coef(em, bias, True)
     var = tile_var(em, name)
@@ -275,6 +283,10 @@ def fused(em: TileEmitter, op: Op) -> str | None:
         return None
     if op.op in em.activations:
         return _activation_op(em, op, em.activations[op.op])
+    if op.op == "mul" and _squares(em, op) and "square" in em.activations:
+        # x * x is one Scalar Engine pass (activation square, N cycles; a row sum rides
+        # along) where a two-input multiply is 2N on the Vector Engine
+        return _activation_op(em, op, em.activations["square"])
     if op.op not in TS_OPS:
         return None
     found = chain(em, op.name)
@@ -286,13 +298,48 @@ def fused(em: TileEmitter, op: Op) -> str | None:
     if found is not None:
         base, steps = found
         form = affine(steps)
+        centred = _centred(em, steps) if form is None else None
         costs = {"vector": PASS_NS["vector"]}
-        if form is not None:
+        if form is not None or centred is not None:
             costs["scalar"] = PASS_NS["scalar"]
-        if pick(em, costs) == "scalar" and form is not None:
-            return activation(em, op.name, "nl.copy", full_value(em, base), *form)
+        if pick(em, costs) == "scalar":
+            if form is not None:
+                return activation(em, op.name, "nl.copy", full_value(em, base), *form)
+            if centred is not None:
+                return activation(em, op.name, "nl.copy", full_value(em, base),
+                                  *_centred_form(em, op.name, *centred))
         return tensor_scalar(em, op.name, base, steps)
     return _scalar_tensor_tensor(em, op)
+
+
+def _centred(em: TileEmitter, steps: list[Step]) -> tuple[Ref, Ref] | None:
+    """(m, r) when the steps are (x - m) * r with ROW values m and r: a normalisation."""
+    if len(steps) != 2 or [(s.op, s.reverse) for s in steps] != [("sub", False), ("mul", False)]:
+        return None
+    m, r = steps[0].operand, steps[1].operand
+    if not (isinstance(m, Ref) and isinstance(r, Ref)):
+        return None
+    return (m, r) if em.kind(m.name) == ROW and em.kind(r.name) == ROW else None
+
+
+def _centred_form(em: TileEmitter, name: str, m: Ref, r: Ref) -> tuple[str, str]:
+    """(x - m) * r as x * r + (-m * r): the [p, 1] bias costs one tiny instruction, and the
+    whole normalisation is one Scalar Engine pass."""
+    mv, rv = em.operand(m, ROW), em.operand(r, ROW)
+    bias = em.names.fresh(f"{name}_bias")
+    em.block.line(f"{bias} = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    em.block.line(f"nisa.scalar_tensor_tensor(dst={bias}, data={mv}, op0=nl.multiply, "
+                  f"operand0=-1.0, op1=nl.multiply, operand1={rv})")
+    return rv, bias
+
+
+def _squares(em: TileEmitter, op: Op) -> bool:
+    """`x * x` of one FULL value."""
+    if len(op.args) != 2:
+        return False
+    a, b = op.args
+    return (isinstance(a, Ref) and isinstance(b, Ref)
+            and em.res.target(a.name) == em.res.target(b.name) and em.kind(a.name) == FULL)
 
 
 def _activation_op(em: TileEmitter, op: Op, func: str) -> str:

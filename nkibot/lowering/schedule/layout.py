@@ -95,9 +95,24 @@ def resolve(graph: Graph) -> Resolved:
     for name, view in list(res.views.items()):
         users = [op for op in res.ops if name in _arg_names(res, op)]
         if users and (view.general or (view.transposed and any(
-                u.op != "matmul" for u in users))):
+                u.op != "matmul" and not (u.op == "attention" and last_two_swapped(view))
+                for u in users))):
             _to_scratch(res, name)
     return res
+
+
+def last_two_swapped(view: LeafView) -> bool:
+    """The view is its whole leaf with the last two dims swapped (read in place by matmul
+    and attention, which take either layout of an operand)."""
+    pat = view.strided
+    if pat is None or pat.offset or len(view.shape) < 2 or len(view.leaf.shape) < 2:
+        return False
+    want = strided.contiguous_strides(view.leaf.shape)
+    swapped = (*want[:-2], want[-1], want[-2])
+    lshape = view.leaf.shape
+    # a dim of one element has no stride that matters (NumPy reports 0)
+    return tuple(view.shape) == (*lshape[:-2], lshape[-1], lshape[-2]) and all(
+        n == 1 or a == b for n, a, b in zip(view.shape, pat.strides, swapped, strict=True))
 
 
 def scratch_name(res: Resolved, name: str) -> str:
