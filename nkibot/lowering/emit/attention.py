@@ -67,12 +67,12 @@ def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
     mask = " with the causal mask" if op.attr("causal", False) else ""
     body.comment(f"{op.origin}: softmax(Q K^T * {op.attr('scale')!r}{mask}) V, {heads} heads of "
                  f"{length} queries x {keys} keys, E={emb}, Ev={ev}")
-    for name, var, rows, cols, stored_t in (("q_v", q, length, emb, qt), ("k_v", k, keys, emb, kt),
-                                            ("v_v", v, keys, ev, vt)):
+    for name, var, n, cols, stored_t in (("q_v", q, length, emb, qt), ("k_v", k, keys, emb, kt),
+                                         ("v_v", v, keys, ev, vt)):
         if stored_t:
-            body.comment(f"{name[0].upper()} is stored [{cols}, {rows}] per head (transposed "
+            body.comment(f"{name[0].upper()} is stored [{cols}, {n}] per head (transposed "
                          "in the module): read in that layout")
-        shape = (heads, cols, rows) if stored_t else (heads, rows, cols)
+        shape = (heads, cols, n) if stored_t else (heads, n, cols)
         body.line(f"{name} = {var}.reshape({shape!r})")
     body.line(f"out_v = {outputs[0].var}.reshape(({heads}, {length}, {ev}))")
     dims = _Dims(emb, ev, float(str(op.attr("scale"))), compute, nl_dtype(outputs[0].dtype))
@@ -128,7 +128,8 @@ def _emit_resident(body: Block, kernel: Kernel, d: _Dims, keys: int) -> None:
         for e in range(d.ke):
             ew = min(PMAX, d.emb - e * PMAX)
             blk.line(f"    kt_ps = nl.ndarray(({ew}, {PMAX}), dtype={cd}, buffer=nl.psum)")
-            blk.line(f"    nisa.nc_transpose(kt_ps, k_nat[0:{PMAX}, c, {e * PMAX}:{e * PMAX + ew}])")
+            blk.line(f"    nisa.nc_transpose(kt_ps, k_nat[0:{PMAX}, c, "
+                     f"{e * PMAX}:{e * PMAX + ew}])")
             blk.line(f"    nisa.tensor_copy(dst=k_all[0:{ew}, {e}, nl.ds(c * {PMAX}, {PMAX})], "
                      "src=kt_ps)")
     if d.vt:
