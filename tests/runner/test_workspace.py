@@ -92,6 +92,20 @@ class TestExtract:
             extract(archive, dest, 1 << 20)
         assert list(dest.iterdir()) == []
 
+    @pytest.mark.slow
+    def test_refuses_the_200000_empty_files_at_the_default_cap(self, tmp_path: Path) -> None:
+        """The attack as it was sent: 200,000 empty files, under a MiB compressed and
+        within every byte cap, are refused by the default entry cap, nothing written."""
+        from nkibot.runner.workspace import MAX_ENTRIES
+
+        archive = make_tar(tmp_path / "a.tgz", [(f"{TOP}/f{i}.py", b"") for i in range(200_000)])
+        assert archive.stat().st_size < 2 << 20 and MAX_ENTRIES < 200_000
+        dest = tmp_path / "ws"
+        dest.mkdir()
+        with pytest.raises(WorkspaceError, match=f"more than {MAX_ENTRIES} entries"):
+            extract(archive, dest, 1 << 30)
+        assert list(dest.iterdir()) == []
+
 
 class TestUserPaths:
     @pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "a/../../b.py",
