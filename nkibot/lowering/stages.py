@@ -285,17 +285,18 @@ def share_helpers(kernel: Kernel) -> None:
 
 def _share_once(kernel: Kernel) -> bool:
     renames: dict[str, str] = {}
-    kept: list[tuple[str, list[str]]] = []
+    # a helper's text with its own name blanked -> the first helper of that text
+    kept: dict[tuple[str, ...], str] = {}
     helpers = []
     for helper in kernel.helpers:
         lines = [_renamed(line, renames) for line in helper]
         name = _def_name(lines[0]) if lines else ""
-        twin = next((k for k, text in kept
-                     if name and [_renamed(x, {name: k}) for x in lines] == text), None)
-        if twin is not None:
-            renames[name] = twin
-            continue
-        kept.append((name, lines))
+        if name:
+            text = tuple(_renamed(line, {name: "_"}) for line in lines)
+            twin = kept.setdefault(text, name)
+            if twin != name:
+                renames[name] = twin
+                continue
         helpers.append(lines)
     kernel.helpers = [[_renamed(line, renames) for line in helper] for helper in helpers]
     kernel.body.lines = [_renamed(line, renames) for line in kernel.body.lines]
@@ -308,7 +309,7 @@ def _def_name(line: str) -> str:
 
 
 def _renamed(line: str, renames: dict[str, str]) -> str:
-    if not renames:
+    if not renames or not any(old in line for old in renames):
         return line
     # helper names are fresh kernel-wide, so every use (a call, or a helper passed to
     # another) is the helper itself

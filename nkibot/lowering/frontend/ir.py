@@ -8,6 +8,7 @@ the emitters only need to know these.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 UNARY: frozenset[str] = frozenset({
@@ -85,11 +86,27 @@ class Graph:
     #: Python scalar forward arguments, folded in as compile-time constants (name -> value).
     constants: dict[str, Scalar] = field(default_factory=dict)
 
+    #: name -> leaf / op, rebuilt when the list is another or has grown (graphs are built
+    #: by appending); the scheduler looks values up by name hundreds of thousands of times
+    _index: dict[str, tuple[tuple[int, int], dict[str, Leaf | Op]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+
+    def _lookup(self, kind: str, items: Sequence[Leaf | Op]) -> dict[str, Leaf | Op]:
+        key = (id(items), len(items))
+        cached = self._index.get(kind)
+        if cached is None or cached[0] != key:
+            # the first of a name wins, as a scan from the front finds it
+            cached = (key, {item.name: item for item in reversed(items)})
+            self._index[kind] = cached
+        return cached[1]
+
     def leaf(self, name: str) -> Leaf | None:
-        return next((leaf for leaf in self.leaves if leaf.name == name), None)
+        found = self._lookup("leaf", self.leaves).get(name)
+        return found if isinstance(found, Leaf) else None
 
     def op(self, name: str) -> Op | None:
-        return next((op for op in self.ops if op.name == name), None)
+        found = self._lookup("op", self.ops).get(name)
+        return found if isinstance(found, Op) else None
 
     def shape_of(self, ref: Ref) -> tuple[int, ...]:
         found = self.leaf(ref.name) or self.op(ref.name)
