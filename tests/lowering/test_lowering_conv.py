@@ -298,11 +298,26 @@ class TestEvictionEpilogue:
         assert lower_ok(task).plan == []
         check_on_sim(task, domain="normal")
 
-    def test_depthwise_with_batchnorm_is_staged(self) -> None:
-        """A depthwise conv keeps its own form: the BatchNorm is a stage after it."""
-        init = ("        self.conv = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)\n"
+    @pytest.mark.parametrize("taps", [3, 5])
+    def test_depthwise_batchnorm_relu6(self, taps: int) -> None:
+        """MobileNet's depthwise conv -> BN -> ReLU6: (scale, shift) per row on the
+        depthwise copy out, the clamp after it; one group (3 stages before). 5 x 5 taps
+        put some on the PE (PSUM), 3 x 3 all on the Vector Engine."""
+        init = (f"        self.conv = nn.Conv2d(8, 8, {taps}, padding=1, groups=8, bias=False)\n"
                 "        self.bn = nn.BatchNorm2d(8)\n" + BN_STATS)
-        task = make_task(module_source("self.bn(self.conv(x))", init=init), [(2, 8, 10, 10)])
+        task = make_task(module_source("F.relu6(self.bn(self.conv(x)))", init=init),
+                         [(2, 8, 10, 10)])
+        lowered = lower_ok(task)
+        assert lowered.plan == [] and "scale=b_sb[0:p, 0:1], bias=b_sb[0:p, 1:2]" in (
+            lowered.source)
+        check_on_sim(task)
+
+    def test_depthwise_multiplier_with_batchnorm_is_staged(self) -> None:
+        """A depthwise conv with a channel multiplier keeps its form: the BatchNorm is a
+        stage after it."""
+        init = ("        self.conv = nn.Conv2d(4, 8, 3, padding=1, groups=4, bias=False)\n"
+                "        self.bn = nn.BatchNorm2d(8)\n" + BN_STATS)
+        task = make_task(module_source("self.bn(self.conv(x))", init=init), [(2, 4, 10, 10)])
         assert len(lower_ok(task).plan) == 2
         check_on_sim(task)
 

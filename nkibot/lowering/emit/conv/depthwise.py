@@ -21,6 +21,7 @@ import math
 from typing import TYPE_CHECKING
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
+from nkibot.lowering.emit.conv.epilogue import EVICT_ACT, Epilogue, emit_steps
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.sim.cost.quick import SBUF_BYTES
 
@@ -45,7 +46,9 @@ def fits(spec: ConvSpec) -> bool:
 
 
 def emit_depthwise(kernel: Kernel, spec: ConvSpec, origin: str, x: str, w: str,
-                   bias: str | None, out: Output) -> None:
+                   bias: str | None, out: Output, epi: Epilogue | None = None) -> None:
+    """`epi`: an eval BatchNorm (its (scale, shift) table in `bias`) and activations or
+    clamps, applied on the copy out (m == 1, no residual)."""
     c, m = spec.cin, spec.cout // spec.cin
     per_n = max(1, PMAX // (c * m))  # batch elements per tile
     per_n = min(per_n, spec.batch)
@@ -67,21 +70,23 @@ def emit_depthwise(kernel: Kernel, spec: ConvSpec, origin: str, x: str, w: str,
     body.line(f"w_v = {w}.reshape(({c}, {m}, {spec.taps}))")
     body.comment("weights (and bias) of every row: one tile, loaded once")
     body.line(f"w_sb = nl.ndarray(({per}, {spec.taps}), dtype=nl.float32, buffer=nl.sbuf)")
+    cols = 2 if epi is not None and epi.norm is not None else 1  # (scale, shift) or bias
     if bias is not None:
-        body.line(f"b_v = {bias}.reshape(({c}, {m}, 1))")
-        body.line(f"b_sb = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        body.line(f"b_v = {bias}.reshape(({c}, {m}, {cols}))")
+        body.line(f"b_sb = nl.ndarray(({per}, {cols}), dtype=nl.float32, buffer=nl.sbuf)")
     for r in range(0, per, c):
         j = (r // c) % m
         body.line(f"nisa.dma_copy(dst=w_sb[{r}:{r + c}, 0:{spec.taps}], src=w_v[0:{c}, {j}, "
                   f"0:{spec.taps}])")
         if bias is not None:
-            body.line(f"nisa.dma_copy(dst=b_sb[{r}:{r + c}, 0:1], src=b_v[0:{c}, {j}, 0:1])")
+            body.line(f"nisa.dma_copy(dst=b_sb[{r}:{r + c}, 0:{cols}], src=b_v[0:{c}, {j}, "
+                      f"0:{cols}])")
     pe_taps = _pe_taps(spec.taps)
     if pe_taps == 0:
         body.line("diag = w_sb  # few taps: all on the Vector Engine, no diagonal matrices")
     else:
         _emit_diagonals(body, per, pe_taps)
-    tile_fn = _emit_tile(kernel, spec, origin, bias is not None, out.dtype, m)
+    tile_fn = _emit_tile(kernel, spec, origin, bias is not None, out.dtype, m, epi)
     rows_fn = _emit_rows(kernel, spec, tile_fn, bias is not None, m)
     args = "x_v, out_v, w_sb, diag" + (", b_sb" if bias is not None else "")
     if m == 1:
@@ -161,7 +166,7 @@ def _window(i: int, k: int, d: Dim, extent: str) -> str:
 
 
 def _emit_tile(kernel: Kernel, spec: ConvSpec, origin: str, bias: bool, out_dtype: str,
-               m: int) -> str:
+               m: int, epi: Epilogue | None = None) -> str:
     fn = kernel.names.fresh("depthwise_tile")
     blk = Block(depth=1)
     dims = spec.dims
@@ -193,8 +198,21 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, origin: str, bias: bool, out_dtyp
                      f"operand1={'acc_ps' if t == pe else 'acc'})")
     blk.line(f"res = nl.ndarray(({pr}, {shape}), dtype={nl_dtype(out_dtype)}, "
              "buffer=nl.sbuf)")
-    bias_arg = f", bias=b_sb[0:{pr}, 0:1]" if bias else ""
-    blk.line(f"nisa.activation(dst=res, op=nl.copy, data=acc{bias_arg})")
+    if epi is None:
+        bias_arg = f", bias=b_sb[0:{pr}, 0:1]" if bias else ""
+        blk.line(f"nisa.activation(dst=res, op=nl.copy, data=acc{bias_arg})")
+    else:
+        steps = list(epi.steps)
+        act = EVICT_ACT[steps.pop(0).op] if steps and steps[0].op in EVICT_ACT else "nl.copy"
+        if epi.norm is not None:
+            args = f", scale=b_sb[0:{pr}, 0:1], bias=b_sb[0:{pr}, 1:2]"
+        else:
+            args = f", bias=b_sb[0:{pr}, 0:1]" if bias else ""
+        blk.comment(f"copy out: {act}(acc" + (" * scale + shift" if epi.norm is not None else
+                                             " + bias" if bias else "")
+                    + f") per row on the Scalar Engine ({epi.origins})")
+        blk.line(f"nisa.activation(dst=res, op={act}, data=acc{args})")
+        emit_steps(blk, steps)
     rest = ", ".join(f"0:{d.size_out}" for d in dims[1:])
     index = "nl.ds(a0, asz)" + (f", {rest}" if rest else "")
     if m == 1:
