@@ -65,8 +65,9 @@ def run_harness(
 
 
 def parse_reply(outcome: SandboxOutcome) -> dict[str, Any] | None:
-    """The last stdout line as a JSON object, for a child that exited cleanly."""
-    if outcome.returncode != 0 or outcome.timed_out:
+    """The last stdout line as a JSON object, for a child that exited cleanly (within its
+    limits: a child whose output directories went over theirs has no usable reply)."""
+    if outcome.returncode != 0 or outcome.timed_out or outcome.write_limit_hit is not None:
         return None
     lines = outcome.stdout.decode("utf-8", "replace").strip().splitlines()
     try:

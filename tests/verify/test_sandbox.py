@@ -9,6 +9,7 @@ import pytest
 
 from nkibot.verify.sandbox import (
     KERNEL,
+    Confinement,
     network_isolation_available,
     python_module_argv,
     run_sandboxed,
@@ -169,6 +170,19 @@ class TestScratchDisk:
         assert not out.ok and b"wrote 512 MiB" in out.stdout, (out.stdout, out.stderr[-500:])
         assert out.reason().startswith("the run's scratch space is full (a 512 MiB tmpfs")
         assert "scratch-tmpfs 512 MiB" in out.isolation
+
+    def test_output_directory_over_its_limit_is_no_reply(self, tmp_path: Path) -> None:
+        """A child that writes past its output directory's limit and exits at once (before
+        the watch's first look) is caught by the last measurement: its JSON reply is not
+        taken, and the outcome says which limit it went over."""
+        from nkibot.verify.client import parse_reply
+
+        code = ("import sys\nopen(sys.argv[1] + '/fill', 'wb').write(bytes(4 << 20))\n"
+                "print('{\"ok\": true}')")
+        out = run_sandboxed([sys.executable, "-I", "-c", code, str(tmp_path)], timeout_s=60,
+                            confinement=Confinement(writable=(tmp_path,), write_limit=1 << 20))
+        assert out.returncode == 0 and not out.ok and parse_reply(out) is None
+        assert out.reason().startswith("the run wrote more than 1 MiB to its output")
 
     def test_harness_error_names_the_full_scratch(self) -> None:
         """A harness child whose exception is ENOSPC gets the same one-line reason."""
