@@ -19,12 +19,16 @@ from dataclasses import dataclass, replace
 
 from nkibot.lowering.emit.builder import Names, nl_dtype
 from nkibot.lowering.emit.rowwise import Kernel, Output
-from nkibot.lowering.frontend.ir import Graph, Leaf, Op, Ref
+from nkibot.lowering.frontend.ir import BINARY, UNARY, Graph, Leaf, Op, Ref
 from nkibot.lowering.ladder import anchor_of, emit_group
 from nkibot.lowering.schedule.layout import LayoutError, resolve
 
 #: How many ops past a failing one a group may grow to before it is closed.
 LOOKAHEAD = 3
+#: ... and how many when they are all pointwise: a composite activation written out
+#: (GPT-2's tanh GELU is 8 ops) fits an epilogue only once its last op joins.
+POINTWISE_LOOKAHEAD = 12
+POINTWISE = UNARY | BINARY | {"where"}
 #: Ops that only relabel a value: never worth a stage of their own at the end of a group.
 RELABEL = frozenset({"view", "copy", "transpose", "slice", "subscript"})
 #: Constants (an index iota, a fill) that read nothing: rebuilt in each stage that uses
@@ -177,6 +181,16 @@ class Scheduler:
 Fits = Callable[[Stage], str | None]
 
 
+def _window(ops: Sequence[Op], j: int) -> int:
+    """The last end of a group grown from ops[:j]: LOOKAHEAD ops on, further over a run of
+    pointwise ops (up to POINTWISE_LOOKAHEAD)."""
+    end = min(j + LOOKAHEAD, len(ops))
+    while end < min(j + POINTWISE_LOOKAHEAD, len(ops)) and all(
+            op.op in POINTWISE for op in ops[j:end + 1]):
+        end += 1
+    return end
+
+
 def partition(sched: Scheduler, fits: Fits) -> list[Stage]:
     """Greedy longest groups: grow while a group (or one up to LOOKAHEAD ops longer) fits."""
     ops = sched.sequence
@@ -188,7 +202,7 @@ def partition(sched: Scheduler, fits: Fits) -> list[Stage]:
         j = i
         while True:
             grown = None
-            for k in range(j + 1, min(j + LOOKAHEAD, len(ops)) + 1):
+            for k in range(j + 1, _window(ops, j) + 1):
                 stage = sched.stage(ops[i:k], ops[k:])
                 error = fits(stage)
                 if error is None:

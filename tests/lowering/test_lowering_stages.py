@@ -217,3 +217,18 @@ class TestSchedulerScales:
         share_helpers(kernel)
         assert len(kernel.helpers) == 400 and kernel.body.lines[-1].strip() == "tile_7(a, 128)"
         assert time.process_time() - started < 1.0  # pairwise renaming: ~11 s of CPU
+
+
+def test_composite_activation_joins_the_matmul_epilogue() -> None:
+    """GPT-2's tanh GELU written out (8 pointwise ops) after c_fc: the group grows over the
+    whole run of pointwise ops into c_fc's epilogue, so the MLP is 2 stages. With a
+    look-ahead of 3 ops the group closed after the matmul ("a matmul graph with several
+    outputs" until the GELU's last op joins): 3 stages, the GELU one HBM round trip."""
+    gelu = ("0.5 * h * (1.0 + torch.tanh(0.7978845608028654 * (h + 0.044715 * "
+            "torch.pow(h, 3.0))))")
+    expr = f"self.l2((lambda h: {gelu})(self.l1(x)))"
+    init = "        self.l1 = nn.Linear(48, 192)\n        self.l2 = nn.Linear(192, 48)"
+    task = make_task(module_source(expr, init=init), [(2, 24, 48)])
+    plan = lower_ok(task).plan
+    assert len(plan) == 2 and "torch.tanh" in plan[0], plan
+    check_on_sim(task)
