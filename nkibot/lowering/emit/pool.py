@@ -183,6 +183,34 @@ def _padded(dims: tuple[Dim, ...]) -> bool:
     return any(d.lead or d.plane > d.size_in for d in dims)
 
 
+def _tiled(dims: tuple[Dim, ...]) -> bool:
+    """Windows that tile the unpadded plane (stride = kernel, no dilation): each output
+    element reduces its own block of the input, with no overlap."""
+    return not _padded(dims) and all(d.step == d.taps and d.dil == 1 and d.up == 1
+                                     and d.taps > 1 for d in dims)
+
+
+def _emit_window_reduce(blk: Block, dims: tuple[Dim, ...], kind: str, g: int,
+                        dtype: str) -> None:
+    """f0 <- every window's max or sum in one Vector Engine tensor_reduce, reading x_sb
+    through an access pattern [rows, outputs per dim..., taps per dim...] (one pass over
+    the input, where folding dim by dim reads it about 1.5 times)."""
+    n = len(dims)
+    inner = [math.prod(d.size_in for d in dims[i + 1:]) for i in range(n)]
+    free = g * math.prod(d.size_in for d in dims)
+    pairs = [(math.prod(d.size_in for d in dims), g),
+             *((d.taps * inner[i], d.size_out) for i, d in enumerate(dims)),
+             *((inner[i], d.taps) for i, d in enumerate(dims))]
+    text = ", ".join([f"[{free}, p]", *(f"[{a}, {b}]" for a, b in pairs)])
+    axes = tuple(range(2 + n, 2 + 2 * n))
+    blk.comment(f"{kind} of every {'x'.join(str(d.taps) for d in dims)} window in one Vector "
+                "Engine reduction over an access pattern [rows, outputs..., taps...]")
+    blk.line(f"f0 = nl.ndarray((p, {g}, {', '.join(str(d.size_out) for d in dims)}), "
+             f"dtype={dtype}, buffer=nl.sbuf)")
+    blk.line(f"nisa.tensor_reduce(dst=f0, op={FOLD[kind]}, data=x_sb.ap([{text}], offset=0), "
+             f"axis={axes!r})")
+
+
 def _staged(dims: tuple[Dim, ...]) -> bool:
     return _padded(dims) and dims[-1].size_in * 4 < SHORT_RUN
 
@@ -276,7 +304,9 @@ def _emit_tile(kernel: Kernel, dims: tuple[Dim, ...], kind: str, op: Op, out_dty
     _emit_load(blk, dims, kind, g, first[0])
     shapes = {"x_sb": [d.plane for d in dims]}
     final = nl_dtype(out_dtype) if kind == "max" else "nl.float32"
-    for i, passes, ext in _plan(dims, kind):
+    if _tiled(dims):
+        _emit_window_reduce(blk, dims, kind, g, final)
+    for i, passes, ext in ([] if _tiled(dims) else _plan(dims, kind)):
         d = dims[i]
         blk.comment(f"{kind} over dim {i}: {d.taps} taps (stride {d.step}, dilation {d.dil}) "
                     f"in {len(passes)} pass(es)")
