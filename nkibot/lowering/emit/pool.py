@@ -11,8 +11,8 @@ passes for a max (two overlapping halves), log2(K) + popcount(K) - 1 for a sum; 
 strides fold the K taps' strided windows one per pass, the first two in one instruction.
 Average pooling scales by 1 / divisor on the Scalar Engine while converting to the
 output dtype. `ceil_mode` only changes the output extent, which the plane covers with more
-padding. A plane over the tile budget (unpadded) runs in bands of dim 0's output rows,
-each band loading the input rows its windows read.
+padding. A plane over the tile budget runs in bands of dim 0's output rows, each band
+loading the input rows its windows read (padded: its slab's padding set to the identity).
 """
 
 from __future__ import annotations
@@ -112,9 +112,12 @@ def emit_pool(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
         g = _rows_per_partition(rows, per_row)
         bands = _bands(-(-rows // g // PMAX), dims, g)
     tile_dims = dims if bands == 1 else _banded(dims, bands)
+    body = kernel.body
+    if bands > 1 and _padded(dims):
+        _emit_padded_bands(kernel, (x, outputs[0]), dims, bands, op, per_row)
+        return
     tile_fn = _emit_tile(kernel, tile_dims, kind, op, outputs[0].dtype, g,
                          dims[0].step if bands > 1 else 0)
-    body = kernel.body
     body.comment(f"{op.origin}: batch x channels on partitions ({g} rows each), each row's "
                  "plane in the free dims")
     body.line(f"x_v = {x}.reshape(({rows // g}, {g}, "
@@ -134,20 +137,66 @@ def emit_pool(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
 
 
 def _banded(dims: tuple[Dim, ...], bands: int) -> tuple[Dim, ...]:
-    """The dims one band of dim 0's output rows sees (`bands` divides dim 0's output)."""
+    """The dims one band of dim 0's output rows sees (`bands` divides dim 0's output); a
+    band's dim 0 is its slab of the padded plane, so it has no padding of its own."""
     rows = dims[0].size_out // bands
-    return (replace(dims[0], size_in=_band_in(dims[0], rows), size_out=rows), *dims[1:])
+    return (replace(dims[0], size_in=_band_in(dims[0], rows), size_out=rows, lead=0),
+            *dims[1:])
+
+
+def _band_rows(d: Dim, z0: int, rows: int) -> tuple[int, int, int]:
+    """(first input row, count, slab row it lands on) of output rows z0..z0+rows of a
+    padded dim: the slab's rows that are padding are not loaded."""
+    lo = z0 * d.step - d.lead
+    first, last = max(0, lo), min(d.size_in, lo + _band_in(d, rows))
+    return first, max(0, last - first), first - lo
+
+
+def _emit_padded_bands(kernel: Kernel, io: tuple[str, Output], dims: tuple[Dim, ...],
+                       bands: int, op: Op, per_row: int) -> None:
+    """A padded plane over the tile budget: one row a partition, dim 0's output rows in
+    bands, each band's slab the identity where it is padding and the input rows it reads
+    elsewhere. Bands that meet the padding get helpers of their own (a different load);
+    every call is static, so each knows its rows."""
+    x, out = io
+    kind = str(op.attr("kind"))
+    rows = dims[0].size_out // bands
+    tile_dims = _banded(dims, bands)
+    helpers: dict[tuple[int, int], str] = {}
+    calls = []
+    for b in range(bands):
+        first, count, at = _band_rows(dims[0], b * rows, rows)
+        if (count, at) not in helpers:
+            helpers[(count, at)] = _emit_tile(kernel, tile_dims, kind, op, out.dtype, 1,
+                                              dims[0].step, (count, at))
+        calls.append(f"{helpers[(count, at)]}(x_v, out_v, {{r0}}, {{rsz}}, {b * rows}, "
+                     f"{first})")
+    body = kernel.body
+    body.comment(f"{op.origin}: batch x channels on partitions (1 row each), each row's "
+                 "plane in the free dims")
+    total = out.shape[0] * out.shape[1]
+    body.line(f"x_v = {x}.reshape(({total}, 1, {', '.join(str(d.size_in) for d in dims)}))")
+    body.line(f"out_v = {out.var}.reshape(({total}, 1, "
+              f"{', '.join(str(d.size_out) for d in dims)}))")
+    body.comment(f"{bands} bands of {rows} output rows of dim 0: a row's whole plane "
+                 f"({per_row} bytes) is over the {TILE_BUDGET}-byte tile budget; a band that "
+                 "meets the padding loads fewer rows")
+    full, rem = divmod(total, PMAX)
+    if full:
+        body.line(f"for r in nl.affine_range({full}):")
+        body.indent()
+        for call in calls:
+            body.line(call.format(r0=f"r * {PMAX}", rsz=PMAX))
+        body.dedent()
+    for call in calls if rem else []:
+        body.line(call.format(r0=full * PMAX, rsz=rem))
 
 
 def _fitting_bands(dims: tuple[Dim, ...], kind: str) -> int:
     """Bands of dim 0's output rows for a plane over TILE_BUDGET: the fewest (a divisor of
     dim 0's output, so every band has the same rows) whose plane and passes fit TILE_BUDGET,
-    else ROW_LIMIT; a LayoutError when even one output row is over ROW_LIMIT or the pool
-    is padded (a band's plane is then no plain slab of the input)."""
+    else ROW_LIMIT; a LayoutError when even one output row is over ROW_LIMIT."""
     per_row = _row_bytes(dims, kind)
-    if _padded(dims):
-        raise LayoutError(f"padded pooling needs {per_row} bytes per row in SBUF (over "
-                          f"{TILE_BUDGET}); only unpadded pools run in bands of rows")
     out = dims[0].size_out
     counts = [b for b in range(2, out + 1) if out % b == 0]
     for limit in (TILE_BUDGET, ROW_LIMIT):
@@ -262,9 +311,14 @@ def _view(name: str, extents: list[int], g: int, i: int = -1, off: int = 0, step
     return f"{name}[0:p, 0:{g}, {', '.join(parts)}]"
 
 
-def _emit_load(blk: Block, dims: tuple[Dim, ...], kind: str, g: int, first: str) -> None:
+def _emit_load(blk: Block, dims: tuple[Dim, ...], kind: str, g: int, first: str,
+               band: tuple[int, int] | None = None) -> None:
     """x_sb: the tile's planes, the input in the interior and the identity on the border.
-    `first`: dim 0's input slice (a band's, or the whole dim)."""
+    `first`: dim 0's input slice (a band's, or the whole dim). `band`: (count, slab row) of
+    a padded band's dim 0, whose first input row is the helper's i0."""
+    if band is not None:
+        _band_load(blk, dims, kind, band)
+        return
     sizes = ", ".join(str(d.size_in) for d in dims)
     whole = f"x_v[nl.ds(r0, p), 0:{g}, {', '.join([first, *(f'0:{d.size_in}' for d in dims[1:])])}]"
     if not _padded(dims):
@@ -293,15 +347,39 @@ def _emit_load(blk: Block, dims: tuple[Dim, ...], kind: str, g: int, first: str)
         blk.line(f"nisa.dma_copy(dst={inner}, src=x_v[nl.ds(r0, p), 0:{g}, {src}])")
 
 
+def _band_load(blk: Block, dims: tuple[Dim, ...], kind: str, band: tuple[int, int]) -> None:
+    """x_sb for a padded band (one row a partition): the identity everywhere but where input
+    lands (dim 0's `count` rows from the helper's i0 at slab row `at`, the other dims as
+    placed), then one DMA of those rows (whole rows of the inner dims: contiguous)."""
+    count, at = band
+    plane = [d.plane for d in dims]
+    placed = [(0, count, at), *(d.placed() for d in dims[1:])]
+    blk.line(f"x_sb = nl.ndarray((p, 1, {', '.join(map(str, plane))}), dtype=nl.float32, "
+             "buffer=nl.sbuf)")
+    blk.comment("the padding of this band's slab holds the pool's identity")
+    for j, (_first, n, start) in enumerate(placed):
+        for lo, hi in ((0, start), (start + n, plane[j])):
+            if hi > lo:
+                blk.line(f"nisa.memset(dst={_view('x_sb', plane, 1, j, lo, 1, hi - lo)}, "
+                         f"value={FILL[kind]})")
+    if count == 0:
+        return
+    inner = f"x_sb[0:p, 0:1, {', '.join(f'{s}:{s + n}' for _, n, s in placed)}]"
+    src = ", ".join([f"nl.ds(i0, {count})", *(f"{f}:{f + n}" for f, n, _ in placed[1:])])
+    blk.line(f"nisa.dma_copy(dst={inner}, src=x_v[nl.ds(r0, p), 0:1, {src}])")
+
+
+
 def _emit_tile(kernel: Kernel, dims: tuple[Dim, ...], kind: str, op: Op, out_dtype: str,
-               g: int, band_step: int = 0) -> str:
+               g: int, band_step: int = 0, band: tuple[int, int] | None = None) -> str:
     """The tile helper; `band_step` > 0: it takes b0, the first output row of a band of
-    dim 0 (input rows from b0 * band_step)."""
+    dim 0 (input rows from b0 * band_step); `band` (count, slab row): a padded band's
+    helper, which also takes i0, its first input row of dim 0."""
     fn = kernel.names.fresh("pool_rows")
     blk = Block(depth=1)
     first = (f"nl.ds(b0 * {band_step}, {dims[0].size_in})", f"nl.ds(b0, {dims[0].size_out})"
              ) if band_step else (f"0:{dims[0].size_in}", f"0:{dims[0].size_out}")
-    _emit_load(blk, dims, kind, g, first[0])
+    _emit_load(blk, dims, kind, g, first[0], band)
     shapes = {"x_sb": [d.plane for d in dims]}
     final = nl_dtype(out_dtype) if kind == "max" else "nl.float32"
     if _tiled(dims):
@@ -335,7 +413,8 @@ def _emit_tile(kernel: Kernel, dims: tuple[Dim, ...], kind: str, op: Op, out_dty
         res = "res"
     blk.line(f"nl.store(out_v[nl.ds(r0, p), 0:{g}, "
              f"{', '.join([first[1], *(f'0:{d.size_out}' for d in dims[1:])])}], {res})")
-    kernel.helpers.append([f"def {fn}(x_v, out_v, r0, p{', b0' if band_step else ''}):",
+    params = ", b0, i0" if band else ", b0" if band_step else ""
+    kernel.helpers.append([f"def {fn}(x_v, out_v, r0, p{params}):",
                            f'    """{op.origin}: rows r0..r0+p ({g} rows per partition): load '
                            'their planes once, fold dim by dim, store."""', *blk.lines])
     return fn
