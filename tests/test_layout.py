@@ -87,15 +87,10 @@ def existing_module(name: str) -> str:
 
 ALL_ARROWS = [a for p in sorted(PKG.rglob("*.py")) for a in arrows_of(p)]
 
-_LOWERING = "nkibot.lowering."
-
 #: Circles still allowed, each a set of modules; a circle found must lie inside one entry.
-#: Only the lowering's remain, and the compiler issue removes them: then this is empty.
-ALLOWED_CYCLES: dict[str, frozenset[str]] = {
-    "the lowering's convolution family": frozenset(_LOWERING + m for m in (
-        "emit.conv.conv", "emit.conv.convband", "schedule.convfold", "emit.conv.convphase",
-        "emit.conv.convphaseband", "emit.conv.depthwise")),
-}
+#: Empty: the lowering's last circles (the convolution family, body <-> fused) are gone,
+#: and `test_no_circle_is_allowed` keeps it so.
+ALLOWED_CYCLES: dict[str, frozenset[str]] = {}
 
 
 def within(name: str, package: str) -> bool:
@@ -155,9 +150,9 @@ class TestLayout:
         cycles = _cycles(graph)
         assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
 
-    def test_allow_list_holds_only_the_lowering(self) -> None:
-        """The escape hatch is for the lowering alone (the compiler issue empties it)."""
-        assert all(m.startswith(_LOWERING) for c in ALLOWED_CYCLES.values() for m in c)
+    def test_no_circle_is_allowed(self) -> None:
+        """The escape hatch is shut: no circle of modules is allowed anywhere."""
+        assert ALLOWED_CYCLES == {}
 
     def test_lazy_and_typing_imports_count(self) -> None:
         """A circle closed only by a lazy or a TYPE_CHECKING import is still found."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nkibot.lowering.emit.conv.conv import Dim
 from nkibot.lowering.emit.pool import fold_passes
+from nkibot.lowering.schedule.convspec import Dim
 from tests.lowering.lowering_support import (
     check_on_sim,
     lower_ok,

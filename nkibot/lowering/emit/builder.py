@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PMAX = 128  # nl.tile_size.pmax: partitions per tile
+from nkibot.lowering.schedule.tiling import PMAX as PMAX  # re-exported: the emitters' spelling
 
 NL_DTYPES = {
     "float32": "nl.float32", "bfloat16": "nl.bfloat16", "float16": "nl.float16",

@@ -21,9 +21,9 @@ import math
 from dataclasses import replace
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
-from nkibot.lowering.emit.conv.conv import Dim
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import Op, Ref
+from nkibot.lowering.schedule.convspec import Dim
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
 from nkibot.sim.cost.quick import SBUF_BYTES
 

@@ -13,17 +13,15 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from nkibot.lowering.emit.builder import PMAX, Block
+from nkibot.lowering.schedule.convspec import ConvSpec, Dim
+from nkibot.lowering.schedule.tiling import PMAX
+from nkibot.sim.cost import constants as C
 
 # The cost model's figures (trn1 by default), from the module that loads no simulator:
 # Tensor Engine ns of bf16 cycles (fp32 4x), and ns to move bytes over all DMA queues.
 from nkibot.sim.cost.quick import load_ns as load_ns  # re-exported: conv* call convfold.load_ns
 from nkibot.sim.cost.quick import pe_ns as pe_ns
-
-if TYPE_CHECKING:
-    from nkibot.lowering.emit.conv.conv import ConvSpec, Dim
 
 
 @dataclass(frozen=True)
@@ -94,77 +92,6 @@ def _score(spec: ConvSpec, fold: Fold, elem_bytes: int) -> float:
     return pe + load_ns(2 * plane)
 
 
-def emit_weights(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
-    """w_sb[(block, cin), cout, J...]: partition block u, position j holds tap j * f + u
-    (transposed: the flipped tap, at position J - 1 - j); positions past the kernel's edge
-    stay unwritten and no matmul reads them."""
-    rows, outer = spec.cin_g * fold.blocks, ", ".join(str(j) for j in fold.outer)
-    cin, cout = spec.cin_g, spec.cout_g
-    body.line(f"w_sb = nl.ndarray(({rows}, {cout * fold.rows}, {outer}), dtype={compute}, "
-              "buffer=nl.sbuf)")
-    if fold.blocks == 1 and fold.rows == 1 and spec.stack == 1:
-        body.line("nisa.dma_copy(dst=w_sb, src=w_v[g])")
-        return
-    if fold.rows > 1:
-        body.comment(f"columns r * {cout} + co: output row r of the band; the pairs (block, "
-                     "row) no tap joins stay zero")
-    zero_weights(body, spec, "w_sb", fold.rows > 1)
-    for b, u in enumerate(fold.offsets()):
-        for r in range(fold.rows):
-            here = _tap_slices(spec, fold, u, r)
-            if here is not None:
-                weight_copy(body, spec, "w_sb", (b * cin, r * cout), here)
-
-
-def zero_weights(body: Block, spec: ConvSpec, name: str, banded: bool = False) -> None:
-    """Weights with entries no copy writes (a band's, stacked groups' off-diagonal blocks)
-    start as zeros."""
-    if spec.stack > 1:
-        body.comment(f"{spec.stack} groups stacked on both sides: the blocks between "
-                     "different groups stay zero")
-    if spec.stack > 1 or banded:
-        body.line(f"nisa.memset(dst={name}, value=0.0, engine=nisa.engine.gpsimd)")
-
-
-def weight_copy(body: Block, spec: ConvSpec, name: str, at: tuple[int, int],
-                here: tuple[list[str], list[str]]) -> None:
-    """The weights of one partition block and column block: `name`[at[0].., at[1].., dst]
-    from w_v[g, .., src]; with groups stacked, one copy per torch group onto its diagonal
-    block."""
-    (row, col), (dst, src) = at, here
-    s = spec.stack
-    ci, co = spec.cin_g // s, spec.cout_g // s
-    for k in range(s):
-        grp = f"g, {k}" if s > 1 else "g"
-        body.line(f"nisa.dma_copy(dst={name}[{row + k * ci}:{row + (k + 1) * ci}, "
-                  f"{col + k * co}:{col + (k + 1) * co}, {', '.join(dst)}], "
-                  f"src=w_v[{grp}, 0:{ci}, 0:{co}, {', '.join(src)}])")
-
-
-def _tap_slices(spec: ConvSpec, fold: Fold, u: tuple[int, ...], r: int
-                ) -> tuple[list[str], list[str]] | None:
-    """(weight positions, kernel taps) of partition block u for output row r of the band
-    (None when no tap joins them). Position p of a dim holds tap p * f + u (transposed:
-    the flipped tap at position J - 1 - p); in the banded dim, row r's tap there is
-    p * f + u - r, zero where that is past the kernel's edge."""
-    dst, src = [], []
-    for i, (k, f, j, ui) in enumerate(zip(fold.taps, fold.sizes, fold.outer, u, strict=True)):
-        if i == fold.band:
-            base = k - 1 - (j - 1) * f - ui + r if spec.transposed else ui - r
-            lo, hi = max(0, -(base // f)), min(j - 1, (k - 1 - base) // f)
-            if hi < lo:
-                return None
-            n, first = hi - lo + 1, base + lo * f
-            dst.append(f"{lo}:{hi + 1}")
-            src.append(f"{first}:{first + f * (n - 1) + 1}" + (f":{f}" if n > 1 else ""))
-            continue
-        n = -(-(k - ui) // f)
-        lo = k - 1 - ui - f * (n - 1) if spec.transposed else ui
-        dst.append(f"{j - n}:{j}" if spec.transposed else f"0:{n}")
-        src.append(f"{lo}:{lo + f * (n - 1) + 1}" + (f":{f}" if f > 1 and n > 1 else ""))
-    return dst, src
-
-
 def shifted(placed: tuple[int, int, int], d: Dim, shift: int) -> tuple[int, int, int]:
     """(first input, count, plane start) of the input that lands in a plane shifted left by
     `shift` positions (the elements that would land before 0 are dropped)."""
@@ -201,3 +128,31 @@ def margins(dims: tuple[Dim, ...], planes: list[int], placed: list[tuple[int, in
             if hi > lo:
                 out.append([*whole[:i], f"{lo}:{hi}", *whole[i + 1:]])
     return out
+
+
+def grouped(spec: ConvSpec, fold: Fold) -> ConvSpec:
+    """The spec whose banded dim counts output groups of `fold.rows` rows (the tiles'
+    unit there)."""
+    dims = tuple(Dim(d.size_in, -(-d.size_out // fold.rows), d.taps, d.step, d.dil, d.up,
+                     d.lead) if i == fold.band else d for i, d in enumerate(spec.dims))
+    return ConvSpec(spec.batch, spec.cin, spec.cout, spec.groups, dims, spec.transposed,
+                    spec.stack)
+
+
+DESCRIPTOR_NS = C.DMA_DESCRIPTOR_NS.value  # the cost model's per-run DMA cost
+
+
+QUEUES = C.TRN1.dma_queues
+
+
+def plane(d: Dim, fold: Fold, i: int) -> int:
+    """Plane length of dim i as read: the banded dim reads up to row R * (groups - 1) +
+    (J - 1) * A of each shifted block (zero past the input)."""
+    if i != fold.band:
+        return d.plane
+    groups = -(-d.size_out // fold.rows)
+    return max(d.plane, fold.rows * (groups - 1) + (fold.outer[i] - 1) * fold.sizes[i] + 1)
+
+
+def planes(spec: ConvSpec, fold: Fold) -> list[int]:
+    return [plane(d, fold, i) for i, d in enumerate(spec.dims)]

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+PMAX = 128  # nl.tile_size.pmax: partitions per tile
+
 TRANSPOSE_BYTES = 128 * 128 * 4  # a PE transpose costs about one fp32 block of DMA
 
 

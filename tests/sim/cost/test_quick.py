@@ -48,11 +48,10 @@ def test_quick_estimates_are_the_model_s_rules(target: str) -> None:
 
 def test_the_lowering_budgets_are_fractions_of_the_model_s_sbuf() -> None:
     from nkibot.lowering.emit import matmul, rowwise
-    from nkibot.lowering.emit.conv import conv, convband
-    from nkibot.lowering.schedule import convfold
+    from nkibot.lowering.schedule import convfold, convspec
 
     assert quick.SBUF_BYTES == 192 * 1024 == C.TRN1.sbuf_bytes
-    assert conv.PLANE_BUDGET == 120 * 1024 and matmul.PANEL_BUDGET == 136 * 1024
+    assert convspec.PLANE_BUDGET == 120 * 1024 and matmul.PANEL_BUDGET == 136 * 1024
     assert rowwise.SBUF_BUDGET == 160 * 1024
     assert convfold.pe_ns is quick.pe_ns and convfold.load_ns is quick.load_ns
-    assert C.DMA_DESCRIPTOR_NS.value == convband.DESCRIPTOR_NS
+    assert C.DMA_DESCRIPTOR_NS.value == convfold.DESCRIPTOR_NS

@@ -15,11 +15,8 @@ and output tiles; the input plane is loaded once per batch element.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
-from nkibot.lowering.emit.conv import depthwise
+from nkibot.lowering.emit.conv import convband, convload, convphase, depthwise
 from nkibot.lowering.emit.conv.epilogue import (
     EVICT_ACT,
     Epilogue,
@@ -30,101 +27,18 @@ from nkibot.lowering.emit.conv.epilogue import (
 )
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import Op, Ref
-from nkibot.lowering.schedule import convfold
-from nkibot.lowering.schedule.convfold import Fold
+from nkibot.lowering.schedule import bandfold, convfold, phasefold
+from nkibot.lowering.schedule.convfold import Fold, grouped
+from nkibot.lowering.schedule.convspec import (
+    PLANE_BUDGET,
+    ConvSpec,
+    Dim,
+    check,
+    conv_spec,
+    out_tiles,
+    slab_rows,
+)
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
-from nkibot.sim.cost.quick import SBUF_BYTES
-
-NMAX = 512  # gemm_moving_fmax: output positions per matmul (one fp32 PSUM bank)
-PLANE_BUDGET = SBUF_BYTES * 5 // 8  # bytes per partition for the resident input plane and weights
-# output rows per band of a plane over the budget (whole tiles; at least one): a band's
-# tiles wait for all its loads, and by the cost model bands of 8 rows beat bigger ones
-# (KernelBench 54: 0.207 at 8 rows, 0.149 at 26; model estimate trn1)
-BAND_ROWS = 8
-
-
-@dataclass(frozen=True)
-class Dim:
-    """One spatial dim: input/output extent, taps, and where input element i lands."""
-
-    size_in: int
-    size_out: int
-    taps: int
-    step: int  # window stride in the padded plane (the conv stride; 1 when transposed)
-    dil: int
-    up: int  # input element i lands at i * up + lead (up = stride when transposed)
-    lead: int
-
-    @property
-    def plane(self) -> int:
-        """Length of the padded (and zero-inserted) plane the windows read."""
-        return (self.size_out - 1) * self.step + (self.taps - 1) * self.dil + 1
-
-    def placed(self) -> tuple[int, int, int]:
-        """(first input index, count, first plane index) of the input that lands in the plane."""
-        lo = max(0, -(self.lead // self.up) if self.lead < 0 else 0)
-        while lo * self.up + self.lead < 0:
-            lo += 1
-        hi = min(self.size_in, (self.plane - 1 - self.lead) // self.up + 1)
-        return lo, max(hi - lo, 0), lo * self.up + self.lead
-
-
-@dataclass(frozen=True)
-class ConvSpec:
-    batch: int
-    cin: int
-    cout: int
-    groups: int
-    dims: tuple[Dim, ...]
-    transposed: bool
-    # torch groups stacked in one group here (block-diagonal weights: convband.stack)
-    stack: int = 1
-
-    @property
-    def cin_g(self) -> int:
-        return self.cin // self.groups
-
-    @property
-    def cout_g(self) -> int:
-        return self.cout // self.groups
-
-    @property
-    def taps(self) -> int:
-        return math.prod(d.taps for d in self.dims)
-
-
-def _ints(value: object, n: int) -> tuple[int, ...]:
-    items = value if isinstance(value, tuple | list) else (value,) * n
-    return tuple(int(str(v)) for v in items)
-
-
-def conv_spec(op: Op, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> ConvSpec:
-    n = len(x_shape) - 2
-    stride, pad = _ints(op.attr("stride", 1), n), _ints(op.attr("padding", 0), n)
-    dil, groups = _ints(op.attr("dilation", 1), n), int(str(op.attr("groups", 1)))
-    transposed = bool(op.attr("transposed", False))
-    taps = w_shape[2:]
-    dims = []
-    for i in range(n):
-        if transposed:
-            dims.append(Dim(x_shape[2 + i], op.shape[2 + i], taps[i], 1, dil[i], stride[i],
-                            dil[i] * (taps[i] - 1) - pad[i]))
-        else:
-            dims.append(Dim(x_shape[2 + i], op.shape[2 + i], taps[i], stride[i], dil[i], 1,
-                            pad[i]))
-    return ConvSpec(x_shape[0], x_shape[1], op.shape[1], groups, tuple(dims), transposed)
-
-
-def _tiles(spec: ConvSpec) -> tuple[int, ...]:
-    """Output-position tile per spatial dim: innermost first, up to 512 positions."""
-    sizes: list[int] = []
-    room = NMAX
-    for d in reversed(spec.dims):
-        t = max(1, min(d.size_out, room))
-        sizes.insert(0, t)
-        room = room // t if t == d.size_out else 1
-    return tuple(sizes)
-
 
 _leaf = leaf_arg
 
@@ -188,28 +102,24 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     if depthwise.fits(spec):
         depthwise.emit_depthwise(kernel, spec, op.origin, x, w, bias, out, epi)
         return
-    slab = _check(spec, x_dtype)
+    slab = check(spec, x_dtype)
     compute = nl_dtype(x_dtype) if x_dtype in ("bfloat16", "float16") and (
         w_leaf.dtype == x_dtype) else "nl.float32"
     kind = "transposed convolution" if spec.transposed else "convolution"
     kernel.body.comment(f"{op.origin}: {kind}, groups={spec.groups}, {spec.taps} taps")
-    from nkibot.lowering.emit.conv import convphase  # it builds on this module
-
-    phased = convphase.phase_dims(spec)
+    phased = phasefold.phase_dims(spec)
     elem = 2 if compute != "nl.float32" else 4
-    from nkibot.lowering.emit.conv import convband
-
-    if phased is not None and convphase.faster(spec, phased):
-        spec = convband.stack(spec, elem, phased=True)
-        phased = convphase.phase_dims(spec)
+    if phased is not None and phasefold.faster(spec, phased):
+        spec = bandfold.stack(spec, elem, phased=True)
+        phased = phasefold.phase_dims(spec)
         assert phased is not None
         convphase.emit_phased(kernel, spec, phased, (x, w, bias), out, compute)
         return
     if slab is None and epi is None:
-        spec = convband.stack(spec, elem, phased=False)
+        spec = bandfold.stack(spec, elem, phased=False)
     fold = convfold.choose(spec, elem)
     if slab is None and epi is None:
-        fold = convband.choose(spec, fold, elem, PLANE_BUDGET // 4)
+        fold = bandfold.choose(spec, fold, elem, PLANE_BUDGET // 4)
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype, slab is not None,
                                 fold, epi)
     pair = epi is not None and epi.norm is not None
@@ -224,35 +134,6 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     else:
         _emit_body(kernel, spec, x, w, bias, out, {0: tile_fn}, compute, None, fold, pair,
                    resid)
-
-
-def _check(spec: ConvSpec, dtype: str) -> tuple[int, int] | None:
-    """None when the whole plane fits SBUF, else (output rows per band, per tile)."""
-    if spec.cin_g > PMAX:
-        raise LayoutError(f"convolution with {spec.cin_g} input channels per group (the "
-                          f"contraction is tiled up to {PMAX})")
-    room = PLANE_BUDGET // 4 - spec.cout_g * spec.taps
-    plane = math.prod(d.plane for d in spec.dims)
-    if plane <= room:
-        return None
-    # slab mode: bands of whole output tiles of the first spatial dim (their halo included)
-    t0 = _tiles(spec)[0]
-    d0, rest = spec.dims[0], math.prod(d.plane for d in spec.dims[1:])
-    while t0 > 1 and _slab(d0, t0) * rest > room:
-        t0 = max(1, t0 // 2)
-    if _slab(d0, t0) * rest > room:
-        raise LayoutError(f"convolution plane of {plane} elements per partition exceeds the "
-                          f"SBUF budget ({PLANE_BUDGET // 1024} KiB) even one output row at a "
-                          "time")
-    rows = t0
-    while rows + t0 <= min(d0.size_out, BAND_ROWS) and _slab(d0, rows + t0) * rest <= room:
-        rows += t0
-    return rows, t0
-
-def _slab(d: Dim, rows: int) -> int:
-    """Plane rows that `rows` output rows read."""
-    return (rows - 1) * d.step + (d.taps - 1) * d.dil + 1
-
 
 
 def _outs(resid: bool) -> str:
@@ -283,29 +164,19 @@ def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
     sp = _sp(spec)
     params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + _outs(resid) + ", n, g"
     if fold.rows > 1:
-        from nkibot.lowering.emit.conv import convband
-
-        convband.emit_tile_grid(body, spec, fold, _tiles(grouped(spec, fold)), params, tile_fn)
+        convband.emit_tile_grid(body, spec, fold, out_tiles(grouped(spec, fold)), params, tile_fn)
     else:
         fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
         axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
-            sp, spec.dims, _tiles(spec), strict=True)]
+            sp, spec.dims, out_tiles(spec), strict=True)]
         emit_grid(body, axes, f"{tile_fn}({params}, {fields})", "affine_range")
     body.dedent()
     body.dedent()
 
-def grouped(spec: ConvSpec, fold: Fold) -> ConvSpec:
-    """The spec whose banded dim counts output groups of `fold.rows` rows (the tiles'
-    unit there)."""
-    dims = tuple(Dim(d.size_in, -(-d.size_out // fold.rows), d.taps, d.step, d.dil, d.up,
-                     d.lead) if i == fold.band else d for i, d in enumerate(spec.dims))
-    return ConvSpec(spec.batch, spec.cin, spec.cout, spec.groups, dims, spec.transposed,
-                    spec.stack)
-
 
 def _band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
     """(first input row, count, slab row it lands on) for output rows z0..z0+zsz."""
-    lo, hi = z0 * d.step, z0 * d.step + _slab(d, zsz)
+    lo, hi = z0 * d.step, z0 * d.step + slab_rows(d, zsz)
     first = max(0, -((d.lead - lo) // d.up))
     last = min(d.size_in - 1, (hi - 1 - d.lead) // d.up)
     return first, max(0, last - first + 1), first * d.up + d.lead - lo
@@ -313,37 +184,6 @@ def _band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
 
 def _sp(spec: ConvSpec) -> list[str]:
     return [f"s{i}" for i in range(len(spec.dims))]
-
-
-def emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
-               out: Output, pair: bool = False) -> None:
-    """The HBM views: weights [groups, Cin/g, Cout/g, K...], bias, input and output."""
-    g_, cin_g, cout_g = spec.groups, spec.cin_g, spec.cout_g
-    ks = ", ".join(str(d.taps) for d in spec.dims)
-    if spec.stack > 1:
-        s, ci, co = spec.stack, cin_g // spec.stack, cout_g // spec.stack
-        body.comment(f"{s} torch groups stacked a group (block-diagonal weights): weight "
-                     f"seen as [groups, {s}, Cin/g, Cout/g, {ks} taps]")
-        if spec.transposed:
-            body.line(f"w_v = {w}.reshape(({g_}, {s}, {ci}, {co}, {ks}))")
-        else:
-            perm = ", ".join(str(i) for i in range(4, 4 + len(spec.dims)))
-            body.line(f"w_v = {w}.reshape(({g_}, {s}, {co}, {ci}, {ks})).permute((0, 1, 3, 2, "
-                      f"{perm}))")
-    elif spec.transposed:
-        body.comment(f"weight [Cin, Cout/g, taps] seen as [groups, Cin/g, Cout/g, {ks} taps]")
-        body.line(f"w_v = {w}.reshape(({g_}, {cin_g}, {cout_g}, {ks}))")
-    else:
-        perm = ", ".join(str(i) for i in range(3, 3 + len(spec.dims)))
-        body.comment(f"weight [Cout, Cin/g, taps] seen as [groups, Cin/g, Cout/g, {ks} taps]")
-        body.line(f"w_v = {w}.reshape(({g_}, {cout_g}, {cin_g}, {ks})).permute((0, 2, 1, "
-                  f"{perm}))")
-    if bias is not None:
-        body.line(f"b_v = {bias}.reshape(({g_}, {cout_g}, {2 if pair else 1}))")
-    ins = ", ".join(str(d.size_in) for d in spec.dims)
-    outs = ", ".join(str(d.size_out) for d in spec.dims)
-    body.line(f"x_v = {x}.reshape(({spec.batch}, {g_}, {cin_g}, {ins}))")
-    body.line(f"out_v = {out.var}.reshape(({spec.batch}, {g_}, {cout_g}, {outs}))")
 
 
 def _fold_note(spec: ConvSpec, fold: Fold) -> str:
@@ -363,7 +203,7 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     """Weights, then per batch element the plane (or its bands) and the output tiles;
     `fns` maps each band's row count to its helper (no bands: 0 to the tile helper)."""
     body = kernel.body
-    emit_views(body, spec, x, w, bias, out, pair)
+    convload.emit_views(body, spec, x, w, bias, out, pair)
     if resid is not None:
         outs = ", ".join(str(d.size_out) for d in spec.dims)
         body.line(f"r_v = {resid}.reshape(({spec.batch}, {spec.groups}, {spec.cout_g}, {outs}))")
@@ -371,69 +211,14 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     body.indent()
     body.comment("weights stay resident for every batch element and output tile of group g"
                  + _fold_note(spec, fold))
-    convfold.emit_weights(body, spec, fold, compute)
+    convload.emit_weights(body, spec, fold, compute)
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
     if slab is not None:
         _emit_bands(body, spec, slab, bias is not None, fns, fold, resid is not None)
         return
-    emit_plane(body, spec, fold, compute)
+    convload.emit_plane(body, spec, fold, compute)
     _emit_tile_grid(body, spec, fold, bias is not None, fns[0], resid is not None)
-
-
-def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
-    """x_sb: the padded (zero-inserted when transposed) input plane of batch n, group g,
-    once per partition block of the fold; only the margins no input covers are zeroed."""
-    cin_g = spec.cin_g
-    what = "zero-inserted, padded" if spec.transposed else "zero-padded"
-    copies = f", {fold.blocks} times: block u shifted left by u * dilation" if (
-        fold.blocks > 1) else ": loaded once"
-    body.comment(f"the {what} input plane of batch n, group g{copies}")
-    planes = [d.plane for d in spec.dims]
-    if fold.rows > 1:
-        from nkibot.lowering.emit.conv import convband
-
-        planes = convband.planes(spec, fold)
-    body.line(f"x_sb = nl.ndarray(({cin_g * fold.blocks}, {', '.join(map(str, planes))}), "
-              f"dtype={compute}, buffer=nl.sbuf)")
-    placed = [d.placed() for d in spec.dims]
-    for b, u in enumerate(fold.offsets()):
-        part = f"{b * cin_g}:{(b + 1) * cin_g}"
-        for region in convfold.margins(spec.dims, planes, placed, u, fold.band):
-            _zero(body, part, region)
-        here = convfold.block_slices(spec.dims, placed, u)
-        if here is not None:
-            _place(body, spec, part, here, compute)
-
-
-def _zero(body: Block, part: str, region: list[str]) -> None:
-    body.line(f"nisa.memset(dst=x_sb[{part}, {', '.join(region)}], value=0.0, "
-              "engine=nisa.engine.gpsimd)")
-
-
-def _place(body: Block, spec: ConvSpec, part: str,
-           here: tuple[list[str], list[str], list[str]], compute: str) -> None:
-    """One partition block's input into its plane: a DMA, or a zero-insertion scatter."""
-    dst, src, counts = here
-    cin = spec.cin_g
-    if any(d.up > 1 for d in spec.dims):
-        _scatter(body, spec, f"x_v[n, g, 0:{cin}, {', '.join(src)}]",
-                 f"x_sb[{part}, {', '.join(dst)}]", counts, compute)
-    else:
-        body.line(f"nisa.dma_copy(dst=x_sb[{part}, {', '.join(dst)}], "
-                  f"src=x_v[n, g, 0:{cin}, {', '.join(src)}])")
-
-
-def _scatter(body: Block, spec: ConvSpec, src: str, dst: str, counts: list[str],
-             compute: str) -> None:
-    """Zero-insertion: the input loaded contiguously, then spread to its strided plane
-    positions by the GpSimd engine (an element-wise strided DMA write is one 4-byte
-    descriptor per element, the cost model's slowest DMA)."""
-    shape = ", ".join(str(c) for c in counts)
-    body.comment("zero-insertion: a contiguous load, then an on-chip strided copy (GpSimd)")
-    body.line(f"x_in = nl.ndarray(({spec.cin_g}, {shape}), dtype={compute}, buffer=nl.sbuf)")
-    body.line(f"nisa.dma_copy(dst=x_in, src={src})")
-    body.line(f"nisa.tensor_copy(dst={dst}, src=x_in, engine=nisa.engine.gpsimd)")
 
 
 def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
@@ -456,8 +241,6 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
             raise LayoutError(f"{epi.origins} on a banded conv's eviction (staged instead)")
         _emit_eviction(blk, epi, bias, index)
     elif fold.rows > 1:
-        from nkibot.lowering.emit.conv import convband
-
         convband.emit_store(blk, spec, fold, bias, index)
     elif bias:
         blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
@@ -555,13 +338,13 @@ def _band_block(blk: Block, spec: ConvSpec, part: str, u: tuple[int, ...], slab:
     placed = [d.placed() for d in rest]
     here = convfold.block_slices(rest, placed, u[1:])
     if here is None or d0.up > 1:
-        _zero(blk, part, [f"0:{slab}", *(f"0:{d.plane}" for d in rest)])
+        convload.zero_region(blk, part, [f"0:{slab}", *(f"0:{d.plane}" for d in rest)])
     else:
         whole = [f"0:{d.plane}" for d in rest]
         for lo, hi in (("0", "j0"), ("j0 + icount", str(slab - u[0] * d0.dil))):
             blk.line(f"if {hi} > {lo}:")
             blk.indent()
-            _zero(blk, part, [f"{lo}:{hi}", *whole])
+            convload.zero_region(blk, part, [f"{lo}:{hi}", *whole])
             blk.dedent()
     if here is None:
         return
@@ -569,10 +352,10 @@ def _band_block(blk: Block, spec: ConvSpec, part: str, u: tuple[int, ...], slab:
     blk.indent()
     if d0.up == 1:
         for region in convfold.margins(rest, [d.plane for d in rest], placed, u[1:]):
-            _zero(blk, part, ["j0:j0 + icount", *region])
+            convload.zero_region(blk, part, ["j0:j0 + icount", *region])
     dst, src, counts = here
     step = f":{d0.up}" if d0.up > 1 else ""
-    _place(blk, spec, part, ([f"j0:j0 + (icount - 1) * {d0.up} + 1{step}", *dst],
+    convload.place_block(blk, spec, part, ([f"j0:j0 + (icount - 1) * {d0.up} + 1{step}", *dst],
                              ["nl.ds(i0, icount)", *src], ["icount", *counts]), compute)
     blk.dedent()
 
@@ -585,7 +368,7 @@ def _emit_slab_helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, 
     blk = Block(depth=1)
     d0, rest = spec.dims[0], spec.dims[1:]
     cin = spec.cin_g
-    slab = _slab(d0, tiles[0])
+    slab = slab_rows(d0, tiles[0])
     plane = ", ".join([str(slab), *(str(d.plane) for d in rest)])
     blk.line(f"x_sb = nl.ndarray(({cin * fold.blocks}, {plane}), dtype={compute}, "
              "buffer=nl.sbuf)")
@@ -598,7 +381,7 @@ def _emit_slab_helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, 
     params = "x_sb, w_sb, " + ("b_v, " if bias else "") + _outs(resid) + ", n, g, z0"
     fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
     axes = [Axis("c", spec.cout_g, PMAX), Axis(sp[0], tiles[0], tiles[1])] + [
-        Axis(v, d.size_out, t) for v, d, t in zip(sp[1:], rest, _tiles(spec)[1:], strict=True)]
+        Axis(v, d.size_out, t) for v, d, t in zip(sp[1:], rest, out_tiles(spec)[1:], strict=True)]
     emit_grid(blk, axes, f"{tile_fn}({params}, {fields})", "affine_range")
     head = "x_v, w_sb, " + ("b_v, " if bias else "") + _outs(resid) + ", n, g"
     kernel.helpers.append([f"def {fn}({head}, z0, rows):",

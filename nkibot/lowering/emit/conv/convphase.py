@@ -14,134 +14,14 @@ through a strided free-dim view; the tile is then stored contiguously.
 from __future__ import annotations
 
 import itertools
-import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
-from nkibot.lowering.emit.conv import conv
-from nkibot.lowering.emit.conv.conv import ConvSpec, Dim
+from nkibot.lowering.emit.conv import convload, convphaseband
+from nkibot.lowering.emit.conv.convload import emit_empty_phase, emit_evict, emit_tap_loop
 from nkibot.lowering.emit.rowwise import Kernel, Output
-from nkibot.lowering.schedule import convfold
-from nkibot.sim.cost.quick import SBUF_BYTES
-
-if TYPE_CHECKING:  # convphaseband builds on this module
-    from nkibot.lowering.emit.conv.convphaseband import PhaseBand
-
-# bytes per partition (of 192 KiB) for the resident plane, the weights and the output tile
-# (no band form here: the plane stays whole; KernelBench 73's 128 KiB plane fits)
-PHASE_BUDGET = SBUF_BYTES * 7 // 8  # 168 KiB on trn1
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One dim's phase r: its first tap k_r, tap step t, tap count, plane offset of tap
-    k_r (lead included) and its step per tap."""
-
-    r: int
-    first: int
-    step: int
-    count: int
-    offset: int
-    shift: int
-
-
-@dataclass(frozen=True)
-class PhaseDim:
-    stride: int
-    phases: tuple[Phase, ...]
-    lead: int  # zero columns before the input in the plane
-    plane: int
-
-
-def phase_dim(d: Dim) -> PhaseDim | None:
-    """The phases of a transposed dim (a phase with no tap has count 0; None when no
-    phase has one)."""
-    s, g = d.up, math.gcd(d.up, d.dil)
-    pad = d.dil * (d.taps - 1) - d.lead
-    raw = [(r, [k for k in range(d.taps) if (r + pad - k * d.dil) % s == 0])
-           for r in range(min(s, d.size_out))]
-    ends = [(min(cs), max(cs) + -(-(d.size_out - r) // s) - 1) for r, ks in raw if ks
-            for cs in [[(r + pad - k * d.dil) // s for k in ks]]]
-    if not ends:
-        return None
-    lead = max(0, -min(lo for lo, _ in ends))
-    tail = max(0, max(hi for _, hi in ends) - (d.size_in - 1))
-    phases = tuple(Phase(r, ks[0], s // g, len(ks), (r + pad - ks[0] * d.dil) // s + lead,
-                         d.dil // g) if ks else Phase(r, 0, 1, 0, 0, 0) for r, ks in raw)
-    return PhaseDim(s, phases, lead, d.size_in + lead + tail)
-
-
-def phase_dims(spec: ConvSpec) -> tuple[PhaseDim, ...] | None:
-    """Every dim's phases when the phase form applies (transposed, some stride > 1, some
-    phase has taps, the plane, weights and output tile fit PHASE_BUDGET), else None."""
-    if not spec.transposed or all(d.up == 1 for d in spec.dims):
-        return None
-    dims = [phase_dim(d) for d in spec.dims]
-    if any(p is None for p in dims):
-        return None
-    out = tuple(p for p in dims if p is not None)
-    tile = math.prod(_tiles(spec, out))
-    room = (PHASE_BUDGET - 4 * tile) // 4 - spec.cout_g * spec.taps
-    return out if math.prod(p.plane for p in out) <= room else None
-
-
-def faster(spec: ConvSpec, dims: tuple[PhaseDim, ...]) -> bool:
-    """Modelled Tensor Engine time (each matmul max(N, 64) cycles) of the phase form below
-    the zero-inserted form's (same output tiles of up to 512 positions per phase)."""
-    positions = math.prod(d.size_out for d in spec.dims)
-    zero = spec.taps * max(positions, 64 * math.ceil(positions / conv.NMAX))
-    per = math.ceil(positions / math.prod(p.stride for p in dims))
-    calls = math.ceil(per / conv.NMAX)
-    phase = sum(math.prod(ph.count for ph in combo) * max(per, 64 * calls)
-                for combo in itertools.product(*(p.phases for p in dims)))
-    return phase < zero
-
-
-@dataclass(frozen=True)
-class PhaseFold:
-    """f taps of dim `dim` stacked on the partitions, per phase in reverse tap order: block
-    u holds the plane shifted left by u * shift; weight position J - 1 - b of phase r
-    holds its tap b * f + u counted from the last (J = ceil(count / f))."""
-
-    dim: int
-    f: int
-
-
-def choose_fold(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
-                ) -> PhaseFold | PhaseBand:
-    """The (dim, f) of least modelled PE time (matmuls x max(N, 64) cycles, fp32 4x, at
-    2.8 GHz) plus plane loads (f copies at 272 B/ns, counted twice), cin * f <= 128; a
-    fold whose plane copies and output would take the DMA queues longer than its matmuls
-    take the PE is not taken. A band of output rows per phase (convphaseband.py) when it
-    is faster still."""
-    return fold_cost(spec, dims, elem_bytes)[1]
-
-
-def fold_cost(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
-              ) -> tuple[float, PhaseFold | PhaseBand]:
-    """choose_fold's modelled ns per batch element and group, and its fold. The matmuls'
-    cycles are counted over all of a phase's output tiles (before 2026-12-04 over one
-    tile only, against a whole plane's loads: folds stayed too small, e.g. KernelBench 72
-    stacked 2 of its 4 taps where it could 3)."""
-    per = math.prod(d.size_out for d in spec.dims) // math.prod(p.stride for p in dims)
-    cycles = convfold.pe_ns(max(per, 64 * -(-per // conv.NMAX)), elem_bytes)
-    plane = convfold.load_ns(spec.cin_g * math.prod(p.plane for p in dims) * elem_bytes * 2)
-    out = convfold.load_ns(spec.cout_g * math.prod(d.size_out for d in spec.dims) * elem_bytes)
-    best, pe = (math.inf, PhaseFold(0, 1)), math.inf
-    for i, p in enumerate(dims):
-        for f in range(1, min(max(ph.count for ph in p.phases), PMAX // spec.cin_g) + 1):
-            calls = sum(math.prod(-(-ph.count // f) if j == i else ph.count
-                                  for j, ph in enumerate(combo))
-                        for combo in itertools.product(*(q.phases for q in dims)))
-            if f > 1 and f * plane + out > calls * cycles:
-                continue  # DMA bound: more copies slow it (KernelBench 79: 0.54 -> 0.37)
-            if calls * cycles + f * plane < best[0]:
-                best, pe = (calls * cycles + f * plane, PhaseFold(i, f)), calls * cycles
-    from nkibot.lowering.emit.conv import convphaseband  # it builds on this module
-
-    band = convphaseband.choose(spec, dims, elem_bytes, (best[0], pe))
-    return band if band is not None else best
+from nkibot.lowering.schedule import convfold, phasefold
+from nkibot.lowering.schedule.convspec import ConvSpec, Dim
+from nkibot.lowering.schedule.phasefold import Phase, PhaseDim, PhaseFold, choose_fold
 
 
 def _emit_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], fold: PhaseFold,
@@ -160,7 +40,7 @@ def _emit_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], fold:
         names.append(f"w_p{ph.r}")
         body.line(f"w_p{ph.r} = nl.ndarray(({cin * fold.f}, {spec.cout_g}, {shape}), "
                   f"dtype={compute}, buffer=nl.sbuf)")
-        convfold.zero_weights(body, spec, f"w_p{ph.r}")
+        convload.zero_weights(body, spec, f"w_p{ph.r}")
         for u in range(min(fold.f, ph.count)):
             n = -(-(ph.count - u) // fold.f)
             lo, step = ph.first + (ph.count - 1 - u - (n - 1) * fold.f) * ph.step, fold.f * ph.step
@@ -168,21 +48,8 @@ def _emit_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], fold:
             src[i] = f"{lo}:{lo + step * (n - 1) + 1}" + (f":{step}" if n > 1 else "")
             dst = [f"0:{k}" for k in ks]
             dst[i] = f"{j - n}:{j}"
-            convfold.weight_copy(body, spec, f"w_p{ph.r}", (u * cin, 0), (dst, src))
+            convload.weight_copy(body, spec, f"w_p{ph.r}", (u * cin, 0), (dst, src))
     body.line(f"w_sb = ({', '.join(names)},)")
-
-
-def _tiles(spec: ConvSpec, dims: tuple[PhaseDim, ...]) -> tuple[int, ...]:
-    """Output tile per dim: whole phases (a multiple of the stride), up to 512 positions
-    per phase, innermost first."""
-    sizes: list[int] = []
-    room = conv.NMAX
-    for d, p in zip(reversed(spec.dims), reversed(dims), strict=True):
-        per = -(-d.size_out // p.stride)
-        t = max(1, min(per, room))
-        sizes.insert(0, min(t * p.stride, d.size_out))
-        room = room // t if t == per else 1
-    return tuple(sizes)
 
 
 def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
@@ -193,12 +60,10 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     body = kernel.body
     fold = choose_fold(spec, dims, 4 if compute == "nl.float32" else 2)
     if not isinstance(fold, PhaseFold):
-        from nkibot.lowering.emit.conv import convphaseband
-
         convphaseband.emit(kernel, spec, dims, fold, names, out, compute)
         return
     fn = _emit_tile(kernel, spec, dims, bias is not None, out.dtype, fold)
-    conv.emit_views(body, spec, x, w, bias, out)
+    convload.emit_views(body, spec, x, w, bias, out)
     body.line(f"for g in nl.affine_range({spec.groups}):")
     body.indent()
     body.comment("weights stay resident for every batch element and output tile of group g, "
@@ -214,12 +79,12 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     plane = ConvSpec(spec.batch, spec.cin, spec.cout, spec.groups, tuple(
         Dim(d.size_in, p.plane, 1, 1, max(ph.shift for ph in p.phases), 1, p.lead)
         for d, p in zip(spec.dims, dims, strict=True)), False, spec.stack)
-    conv.emit_plane(body, plane, convfold.Fold(sizes, sizes), compute)
+    convload.emit_plane(body, plane, convfold.Fold(sizes, sizes), compute)
     sp = [f"s{i}" for i in range(len(spec.dims))]
     params = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"
     fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
     axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
-        sp, spec.dims, _tiles(spec, dims), strict=True)]
+        sp, spec.dims, phasefold.phase_tiles(spec, dims), strict=True)]
     emit_grid(body, axes, f"{fn}({params}, {fields})", "affine_range")
     body.dedent()
     body.dedent()
@@ -289,41 +154,6 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
         if ph.count > 1 and i != fold.dim:
             blk.dedent()
     emit_evict(blk, view, bias)
-
-
-def emit_tap_loop(blk: Block, i: int, v: str, ph: Phase, p: PhaseDim) -> tuple[str, str]:
-    """(tap index, plane window) of phase `ph` along unfolded dim i (tile variable v): a
-    loop `j{i}` over its taps is opened when it has several (the caller closes it)."""
-    start = f"{v}0 // {p.stride}" if p.stride > 1 else f"{v}0"
-    if ph.count > 1:
-        blk.line(f"for j{i} in nl.affine_range({ph.count}):")
-        blk.indent()
-    j = f"j{i}" if ph.count > 1 else "0"
-    tap = f"{ph.first} + {j} * {ph.step}" if ph.count > 1 else str(ph.first)
-    off = f"{ph.offset} - {j} * {ph.shift}" if ph.count > 1 else str(ph.offset)
-    return tap, f"nl.ds({start} + {off}, q{i})"
-
-
-def emit_empty_phase(blk: Block, view: str, bias: bool) -> None:
-    """A phase no tap reaches: its view of the tile is zero (plus the bias); closes the
-    phase's `if`."""
-    blk.comment("no tap reaches this phase: zero" + (" plus the bias" if bias else ""))
-    blk.line(f"nisa.memset(dst=res[0:csz, {view}], value=0.0)")
-    if bias:
-        blk.line(f"nisa.tensor_scalar(dst=res[0:csz, {view}], data=res[0:csz, {view}], "
-                 "op0=nl.add, operand0=b_t)")
-    blk.dedent()
-
-
-def emit_evict(blk: Block, view: str, bias: bool) -> None:
-    """The phase's PSUM sums `acc` into its strided view of the tile (plus the bias);
-    closes the phase's `if`."""
-    if bias:
-        blk.line(f"nisa.tensor_scalar(dst=res[0:csz, {view}], data=acc, op0=nl.add, "
-                 "operand0=b_t)")
-    else:
-        blk.line(f"nisa.tensor_copy(dst=res[0:csz, {view}], src=acc)")
-    blk.dedent()
 
 
 def _emit_base_taps(blk: Block, cin: int, ph: Phase, fold: PhaseFold, line: str) -> None:

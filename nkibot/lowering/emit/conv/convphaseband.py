@@ -15,114 +15,21 @@ other dims]; band row rr of phase rd is stored as output rows (R * G + rr) * str
 from __future__ import annotations
 
 import itertools
-import math
-from dataclasses import dataclass
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
-from nkibot.lowering.emit.conv import conv, convband, convphase
-from nkibot.lowering.emit.conv.conv import ConvSpec, Dim
-from nkibot.lowering.emit.conv.convphase import PHASE_BUDGET, Phase, PhaseDim
+from nkibot.lowering.emit.conv import convload
 from nkibot.lowering.emit.rowwise import Kernel, Output
-from nkibot.lowering.schedule import convfold
-
-
-@dataclass(frozen=True)
-class PhaseBand:
-    """R phase rows of dim `dim` on the columns, A plane blocks on the partitions."""
-
-    dim: int
-    blocks: int
-    rows: int
-
-    def shifts(self, ph: Phase) -> int:
-        """Base shifts (matmuls) of a phase of the banded dim: J."""
-        return -(-(ph.count + self.rows - 1) // self.blocks) if ph.count else 0
-
-
-def _phase_rows(d: Dim, p: PhaseDim, r: int) -> int:
-    """Outputs of phase r: o = m * stride + r < size_out."""
-    return -(-(d.size_out - r) // p.stride)
-
-
-def groups(spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand) -> int:
-    d, p = spec.dims[band.dim], dims[band.dim]
-    return -(-_phase_rows(d, p, 0) // band.rows)
-
-
-def _last(ph: Phase) -> int:
-    return ph.offset - (ph.count - 1) * ph.shift
-
-
-def plane_len(spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand) -> int:
-    """Rows of each block of the banded dim's plane: up to the last group's last shift."""
-    p, n = dims[band.dim], groups(spec, dims, band)
-    need = [band.rows * (n - 1) + _last(ph) + (band.shifts(ph) - 1) * band.blocks + 1
-            for ph in p.phases if ph.count]
-    return max([p.plane, *need])
-
-
-def _tiles(spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand) -> tuple[int, ...]:
-    """Tile per dim, innermost first, up to 512 positions a phase: the banded dim in
-    groups of R phase rows, the others in output rows (whole phases)."""
-    sizes: list[int] = []
-    room = conv.NMAX
-    for i in reversed(range(len(dims))):
-        d, p = spec.dims[i], dims[i]
-        per = groups(spec, dims, band) if i == band.dim else -(-d.size_out // p.stride)
-        t = max(1, min(per, room))
-        sizes.insert(0, t if i == band.dim else min(t * p.stride, d.size_out))
-        room = room // t if t == per else 1
-    return tuple(sizes)
-
-
-def _fits(spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand) -> bool:
-    i, cols = band.dim, spec.cout_g * band.rows
-    planes = [plane_len(spec, dims, band) if j == i else p.plane for j, p in enumerate(dims)]
-    others = math.prod(d.taps for j, d in enumerate(spec.dims) if j != i)
-    weights = sum(cols * band.shifts(ph) * others for ph in dims[i].phases)
-    tile = math.prod(_tiles(spec, dims, band)) * dims[i].stride
-    return (math.prod(planes) + weights + tile) * 4 <= PHASE_BUDGET
-
-
-def cost(spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand, elem_bytes: int
-         ) -> tuple[float, float, float]:
-    """(modelled ns, PE ns, DMA ns) per batch element and group, as convphase.fold_cost
-    counts a fold (matmuls x max(N, 64) cycles over all tiles, A plane copies counted
-    twice) plus the output's DMA runs (rows of the dims inside the band)."""
-    i = band.dim
-    per = groups(spec, dims, band) * math.prod(
-        -(-d.size_out // p.stride) for j, (d, p) in enumerate(zip(spec.dims, dims,
-                                                                   strict=True)) if j != i)
-    cycles = convfold.pe_ns(max(per, 64 * -(-per // conv.NMAX)), elem_bytes)
-    calls = sum(math.prod(band.shifts(ph) if j == i else ph.count for j, ph in enumerate(combo))
-                for combo in itertools.product(*(q.phases for q in dims)))
-    plane = convfold.load_ns(spec.cin_g * math.prod(p.plane for p in dims) * elem_bytes * 2)
-    out = spec.cout_g * math.prod(d.size_out for d in spec.dims) * elem_bytes
-    runs = spec.cout_g * math.prod(d.size_out for d in spec.dims[:i + 1])
-    dma = band.blocks * plane + convfold.load_ns(out) + runs * convband.DESCRIPTOR_NS / 16
-    pe = calls * cycles
-    return pe + dma, pe, dma
-
-
-def choose(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int,
-           plain: tuple[float, float]) -> tuple[float, PhaseBand] | None:
-    """The band of least `cost` below the plain fold's (cost, PE ns) `plain`, cutting its
-    PE time and no longer on the DMA queues than on the PE, within the budget; None when
-    none is. Only undilated dims (each tap one plane row further) band."""
-    if spec.cout_g * 2 > PMAX:
-        return None
-    best: tuple[float, PhaseBand] | None = None
-    for i, d in enumerate(spec.dims):
-        if d.dil != 1 or _phase_rows(d, dims[i], 0) < 2:
-            continue
-        for rows in range(2, PMAX // spec.cout_g + 1):
-            for a in range(1, PMAX // spec.cin_g + 1):
-                band = PhaseBand(i, a, rows)
-                total, pe, dma = cost(spec, dims, band, elem_bytes)
-                if (total < plain[0] and dma <= pe < plain[1]
-                        and (best is None or total < best[0]) and _fits(spec, dims, band)):
-                    best = (total, band)
-    return best
+from nkibot.lowering.schedule import convfold, phasefold
+from nkibot.lowering.schedule.convspec import ConvSpec, Dim
+from nkibot.lowering.schedule.phasefold import (
+    Phase,
+    PhaseBand,
+    PhaseDim,
+    _last,
+    _phase_rows,
+    groups,
+    plane_len,
+)
 
 
 def emit(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand,
@@ -132,7 +39,7 @@ def emit(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Phase
     x, w, bias = names
     body = kernel.body
     fn = _emit_tile(kernel, spec, dims, band, bias is not None, out.dtype)
-    conv.emit_views(body, spec, x, w, bias, out)
+    convload.emit_views(body, spec, x, w, bias, out)
     body.line(f"for g in nl.affine_range({spec.groups}):")
     body.indent()
     body.comment(f"weights stay resident for every batch element and output tile of group g, "
@@ -150,7 +57,7 @@ def emit(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Phase
     plane = ConvSpec(spec.batch, spec.cin, spec.cout, spec.groups, tuple(
         Dim(d.size_in, n, 1, 1, max(ph.shift for ph in p.phases), 1, p.lead)
         for d, p, n in zip(spec.dims, dims, planes, strict=True)), False, spec.stack)
-    conv.emit_plane(body, plane, convfold.Fold(sizes, sizes, i), compute)
+    convload.emit_plane(body, plane, convfold.Fold(sizes, sizes, i), compute)
     _emit_grid(body, spec, dims, band, bias is not None, fn)
     body.dedent()
     body.dedent()
@@ -187,7 +94,7 @@ def _emit_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band:
                 f":{step}" if len(qs) > 1 else "")
             dst = [f"0:{k}" for k in ks]
             dst[i] = f"{qs[0]}:{qs[-1] + 1}"
-            convfold.weight_copy(body, spec, name, (a * cin, rr * cout), (dst, src))
+            convload.weight_copy(body, spec, name, (a * cin, rr * cout), (dst, src))
     body.line(f"w_sb = ({', '.join(names)},)")
 
 
@@ -206,7 +113,7 @@ def _emit_grid(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Ph
     i, n = band.dim, groups(spec, dims, band)
     last = _last_rows(spec, dims, band)
     whole = n if all(r == band.rows for r in last) else n - 1
-    tiles = _tiles(spec, dims, band)
+    tiles = phasefold.band_tiles(spec, dims, band)
     cols = Axis("c", spec.cout_g * band.rows, PMAX)
     axes = [cols] + [Axis(v, whole if j == i else d.size_out, t)
                      for j, (v, d, t) in enumerate(zip(sp, spec.dims, tiles, strict=True))]
@@ -249,7 +156,7 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Ph
     blk.indent()
     view = _res_view(spec, dims, band, combo)
     if any(ph.count == 0 for ph in combo):
-        convphase.emit_empty_phase(blk, view, bias)
+        convload.emit_empty_phase(blk, view, bias)
         return
     blk.line(f"acc = nl.ndarray((csz, {', '.join(f'q{j}' for j in range(len(sp)))}), "
              "dtype=nl.float32, buffer=nl.psum)")
@@ -262,7 +169,7 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Ph
                                                           f" + b * {band.blocks}")
             windows.append(f"{start}:{start} + (q{j} - 1) * {band.rows} + 1:{band.rows}")
             continue
-        tap, window = convphase.emit_tap_loop(blk, j, v, ph, p)
+        tap, window = convload.emit_tap_loop(blk, j, v, ph, p)
         taps.append(tap)
         windows.append(window)
         loops += ph.count > 1
@@ -276,7 +183,7 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Ph
         blk.line(matmul)
     for _ in range(loops):
         blk.dedent()
-    convphase.emit_evict(blk, view, bias)
+    convload.emit_evict(blk, view, bias)
 
 
 def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand,

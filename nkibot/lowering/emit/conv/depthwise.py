@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.lowering.emit.conv.epilogue import EVICT_ACT, Epilogue, emit_steps
 from nkibot.lowering.emit.rowwise import Kernel, Output
+from nkibot.lowering.schedule.convspec import ConvSpec, Dim
 from nkibot.sim.cost.quick import SBUF_BYTES
-
-if TYPE_CHECKING:  # conv.py dispatches here, so the import would be circular at run time
-    from nkibot.lowering.emit.conv.conv import ConvSpec, Dim
 
 PLANE_BUDGET = SBUF_BYTES // 2  # bytes per partition for the padded input plane
 TILE_ELEMS = 4096  # output elements per partition per accumulator tile (Vector Engine only)

@@ -1,0 +1,138 @@
+"""A convolution as the lowering plans it: its spatial dims, groups and channels
+(`ConvSpec`), the output tile per dim, and whether its input plane fits SBUF whole or runs
+in slabs of output rows. Pure: the convolution emitters (`emit/conv/`) and the choosers
+(`convfold`, `bandfold`, `phasefold`) read it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from nkibot.lowering.frontend.ir import Op
+from nkibot.lowering.schedule.layout import LayoutError
+from nkibot.lowering.schedule.tiling import PMAX
+from nkibot.sim.cost.quick import SBUF_BYTES
+
+NMAX = 512  # gemm_moving_fmax: output positions per matmul (one fp32 PSUM bank)
+
+
+PLANE_BUDGET = SBUF_BYTES * 5 // 8  # bytes per partition for the resident input plane and weights
+
+
+# output rows per band of a plane over the budget (whole tiles; at least one): a band's
+# tiles wait for all its loads, and by the cost model bands of 8 rows beat bigger ones
+# (KernelBench 54: 0.207 at 8 rows, 0.149 at 26; model estimate trn1)
+BAND_ROWS = 8
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One spatial dim: input/output extent, taps, and where input element i lands."""
+
+    size_in: int
+    size_out: int
+    taps: int
+    step: int  # window stride in the padded plane (the conv stride; 1 when transposed)
+    dil: int
+    up: int  # input element i lands at i * up + lead (up = stride when transposed)
+    lead: int
+
+    @property
+    def plane(self) -> int:
+        """Length of the padded (and zero-inserted) plane the windows read."""
+        return (self.size_out - 1) * self.step + (self.taps - 1) * self.dil + 1
+
+    def placed(self) -> tuple[int, int, int]:
+        """(first input index, count, first plane index) of the input that lands in the plane."""
+        lo = max(0, -(self.lead // self.up) if self.lead < 0 else 0)
+        while lo * self.up + self.lead < 0:
+            lo += 1
+        hi = min(self.size_in, (self.plane - 1 - self.lead) // self.up + 1)
+        return lo, max(hi - lo, 0), lo * self.up + self.lead
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    batch: int
+    cin: int
+    cout: int
+    groups: int
+    dims: tuple[Dim, ...]
+    transposed: bool
+    # torch groups stacked in one group here (block-diagonal weights: bandfold.stack)
+    stack: int = 1
+
+    @property
+    def cin_g(self) -> int:
+        return self.cin // self.groups
+
+    @property
+    def cout_g(self) -> int:
+        return self.cout // self.groups
+
+    @property
+    def taps(self) -> int:
+        return math.prod(d.taps for d in self.dims)
+
+
+def _ints(value: object, n: int) -> tuple[int, ...]:
+    items = value if isinstance(value, tuple | list) else (value,) * n
+    return tuple(int(str(v)) for v in items)
+
+
+def conv_spec(op: Op, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> ConvSpec:
+    n = len(x_shape) - 2
+    stride, pad = _ints(op.attr("stride", 1), n), _ints(op.attr("padding", 0), n)
+    dil, groups = _ints(op.attr("dilation", 1), n), int(str(op.attr("groups", 1)))
+    transposed = bool(op.attr("transposed", False))
+    taps = w_shape[2:]
+    dims = []
+    for i in range(n):
+        if transposed:
+            dims.append(Dim(x_shape[2 + i], op.shape[2 + i], taps[i], 1, dil[i], stride[i],
+                            dil[i] * (taps[i] - 1) - pad[i]))
+        else:
+            dims.append(Dim(x_shape[2 + i], op.shape[2 + i], taps[i], stride[i], dil[i], 1,
+                            pad[i]))
+    return ConvSpec(x_shape[0], x_shape[1], op.shape[1], groups, tuple(dims), transposed)
+
+
+def out_tiles(spec: ConvSpec) -> tuple[int, ...]:
+    """Output-position tile per spatial dim: innermost first, up to 512 positions."""
+    sizes: list[int] = []
+    room = NMAX
+    for d in reversed(spec.dims):
+        t = max(1, min(d.size_out, room))
+        sizes.insert(0, t)
+        room = room // t if t == d.size_out else 1
+    return tuple(sizes)
+
+
+def check(spec: ConvSpec, dtype: str) -> tuple[int, int] | None:
+    """None when the whole plane fits SBUF, else (output rows per band, per tile)."""
+    if spec.cin_g > PMAX:
+        raise LayoutError(f"convolution with {spec.cin_g} input channels per group (the "
+                          f"contraction is tiled up to {PMAX})")
+    room = PLANE_BUDGET // 4 - spec.cout_g * spec.taps
+    plane = math.prod(d.plane for d in spec.dims)
+    if plane <= room:
+        return None
+    # slab mode: bands of whole output tiles of the first spatial dim (their halo included)
+    t0 = out_tiles(spec)[0]
+    d0, rest = spec.dims[0], math.prod(d.plane for d in spec.dims[1:])
+    while t0 > 1 and slab_rows(d0, t0) * rest > room:
+        t0 = max(1, t0 // 2)
+    if slab_rows(d0, t0) * rest > room:
+        raise LayoutError(f"convolution plane of {plane} elements per partition exceeds the "
+                          f"SBUF budget ({PLANE_BUDGET // 1024} KiB) even one output row at a "
+                          "time")
+    rows = t0
+    while rows + t0 <= min(d0.size_out, BAND_ROWS) and slab_rows(d0, rows + t0) * rest <= room:
+        rows += t0
+    return rows, t0
+
+
+def slab_rows(d: Dim, rows: int) -> int:
+    """Plane rows that `rows` output rows read."""
+    return (rows - 1) * d.step + (d.taps - 1) * d.dil + 1
