@@ -25,6 +25,8 @@ SHAPES = {
     "three_d": ((3, 50, 24), (3, 77, 24), (3, 77, 24)),
     # keys a multiple of 128: K^T and V resident per head (640 keys: tiles of 512 and 128)
     "resident_ragged_tile": ((2, 2, 256, 64), (2, 2, 640, 64), (2, 2, 640, 96)),
+    # the whole-row form with two E-chunks and ragged query rows (2048 keys, 4 banks)
+    "whole_row_wide_e": ((1, 1, 200, 160), (1, 1, 2048, 160), (1, 1, 2048, 64)),
 }
 
 
@@ -38,7 +40,8 @@ class TestAttentionOnSim:
         """softmax(Q K^T / sqrt(E)) V, tiled over keys, matches PyTorch in fp32."""
         assert check_on_sim(_task(name)) < 1e-4
 
-    @pytest.mark.parametrize("name", ["one_tile", "ragged_multi_tile", "resident_ragged_tile"])
+    @pytest.mark.parametrize("name", ["one_tile", "ragged_multi_tile", "resident_ragged_tile",
+                                      "aligned_multi_tile"])
     def test_bf16_matches_torch(self, name: str) -> None:
         """bf16 operands on the Tensor Engine, fp32 statistics: within bf16 tolerance."""
         check_on_sim(_task(name, "bfloat16"))
@@ -46,7 +49,7 @@ class TestAttentionOnSim:
     @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
     def test_d_head_by_seq_layout(self, dtype: str) -> None:
         """Q and K given as [d_head, seq] (AWS's kernels' layout), transposed in the module:
-        lowered (the transposes are layout copies ahead of the attention), and it matches."""
+        read in that layout (V as [seq, Ev]), and it matches."""
         source = module_source("F.scaled_dot_product_attention(q.transpose(-2, -1), "
                                "k.transpose(-2, -1), v)", args="q, k, v")
         check_on_sim(make_task(source, [(1, 2, 64, 256), (1, 2, 64, 384), (1, 2, 384, 64)],
@@ -95,8 +98,8 @@ class TestAttentionSource:
         body = source[source.index("@nki.jit"):]
         assert body.count("attention_kv(k_all, v_all, k_v, v_v, g)") == 1
         assert "k_v[g].reshape((128, 5, 64))" in source
-        step = source[source.index("def attention_first("):].split("\n\n")[0]
-        assert "nl.load(" not in step and "dma_copy" not in step
+        step = source[source.index("def attention_rows("):].split("\n\n")[0]
+        assert "k_v[0:64, 0, 0:512]" in step and "dma_copy(dst=k" not in step
         assert "attention_kv" not in lower_ok(_task("ragged_multi_tile")).source
 
     def test_resident_form_is_modelled_faster(self) -> None:
@@ -134,11 +137,19 @@ class TestAttentionSource:
         assert report["dma_transfers"] <= 40 and report["time_us"] < 120
 
     def test_flash_loop_over_key_tiles(self) -> None:
-        """Several key tiles: a sequential loop rescaling by alpha, one 1 / l at the end."""
-        lowered = lower_ok(_task("aligned_multi_tile"))
-        assert "nl.sequential_range(1)" in lowered.source  # 1024 keys: tiles 0, then 1
+        """Several streamed key tiles: a sequential loop rescaling by alpha, one 1 / l at
+        the end."""
+        lowered = lower_ok(_task("ragged_multi_tile"))
+        assert "nl.sequential_range(1)" in lowered.source  # 1100 keys: 0, 1, then 76
         assert "alpha" in lowered.source
         assert lowered.source.count("nisa.reciprocal") == 1
+
+    def test_resident_keys_in_psum_take_the_whole_row(self) -> None:
+        """Resident keys over one tile but within four PSUM banks (1024): every score of a
+        query block at once, one max, no running max, no alpha, no sequential chain."""
+        source = lower_ok(_task("aligned_multi_tile")).source
+        assert "alpha" not in source and "sequential_range" not in source
+        assert source.count("nisa.reciprocal") == 1 and "s_ps.append(" in source
 
     def test_one_tile_has_no_rescale(self) -> None:
         """Keys that fit one tile: P V is normalised straight out of PSUM, no alpha."""

@@ -27,6 +27,14 @@ from __future__ import annotations
 
 import math
 
+from nkibot.lowering.emit.attnrows import (
+    Dims,
+    emit_q_stored_t,
+    emit_q_turned,
+    emit_resident,
+    emit_whole_rows,
+    whole_rows,
+)
 from nkibot.lowering.emit.builder import PMAX, Block, nl_dtype
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import Op, Ref
@@ -75,23 +83,26 @@ def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
         shape = (heads, cols, n) if stored_t else (heads, n, cols)
         body.line(f"{name} = {var}.reshape({shape!r})")
     body.line(f"out_v = {outputs[0].var}.reshape(({heads}, {length}, {ev}))")
-    dims = _Dims(emb, ev, float(str(op.attr("scale"))), compute, nl_dtype(outputs[0].dtype))
+    dims = Dims(emb, ev, float(str(op.attr("scale"))), compute, nl_dtype(outputs[0].dtype))
     dims.causal, dims.keys = bool(op.attr("causal", False)), keys
     dims.qt, dims.kt, dims.vt = qt, kt, vt
     single = keys <= KV_TILE
     item = 2 if qd in LOW else 4
     dims.resident = keys % PMAX == 0 and keys // PMAX * (dims.ke * PMAX + ev) * item <= (
         RESIDENT_BUDGET)
-    first = _emit_step(kernel, op, dims, first=True, only=single)
-    later = first if single else _emit_step(kernel, op, dims, first=False, only=False)
-    rows = _emit_rows(kernel, dims, keys, first, later)
+    if whole_rows(dims, keys):
+        rows = emit_whole_rows(kernel, dims, keys, op.origin)
+    else:
+        first = _emit_step(kernel, op, dims, first=True, only=single)
+        later = first if single else _emit_step(kernel, op, dims, first=False, only=False)
+        rows = _emit_rows(kernel, dims, keys, first, later)
     full, rem = divmod(length, PMAX)
     body.line(f"for g in nl.affine_range({heads}):")
     body.indent()
     kv = "k_v, v_v"
     if dims.resident:
         kv = "k_all, v_all"
-        _emit_resident(body, kernel, dims, keys)
+        emit_resident(body, kernel, dims, keys)
     if full == 1:
         body.line(f"{rows}(q_v, {kv}, out_v, g, 0, {PMAX})")
     elif full > 1:
@@ -102,74 +113,14 @@ def emit_attention(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
     body.dedent()
 
 
-def _emit_resident(body: Block, kernel: Kernel, d: _Dims, keys: int) -> None:
-    """K^T and V of head g loaded once for all its query blocks. K^T's column j * 128 + r
-    and V's block j, partition r, hold the same key: softmax and P V only need that.
-    With K and V both stored [keys, *], partition r holds keys r * J .. r * J + J - 1
-    (J = keys / 128), so each loads with one DMA of J-row runs, and key block j is keys
-    r * J + j. When either is stored transposed, keys stay in order (block j is keys
-    j * 128 + r): a transposed K loads straight into K^T, a transposed V is turned on the
-    Tensor Engine block by block."""
-    fn = kernel.names.fresh("attention_kv")
-    j, cd = keys // PMAX, d.compute
-    natural = d.kt or d.vt
-    rows = (f".reshape(({j}, {PMAX}, {{c}})).permute((1, 0, 2))" if natural
-            else f".reshape(({PMAX}, {j}, {{c}}))")
-    blk = Block(depth=1)
-    if d.kt:
-        for e in range(d.ke):
-            ew = min(PMAX, d.emb - e * PMAX)
-            blk.line(f"nisa.dma_copy(dst=k_all[0:{ew}, {e}, 0:{keys}], "
-                     f"src=k_v[g, {e * PMAX}:{e * PMAX + ew}, 0:{keys}])")
-    else:
-        blk.line(f"k_nat = nl.ndarray(({PMAX}, {j}, {d.emb}), dtype={cd}, buffer=nl.sbuf)")
-        blk.line(f"nisa.dma_copy(dst=k_nat, src=k_v[g]{rows.format(c=d.emb)})")
-        blk.line(f"for c in range({j}):")
-        for e in range(d.ke):
-            ew = min(PMAX, d.emb - e * PMAX)
-            blk.line(f"    kt_ps = nl.ndarray(({ew}, {PMAX}), dtype={cd}, buffer=nl.psum)")
-            blk.line(f"    nisa.nc_transpose(kt_ps, k_nat[0:{PMAX}, c, "
-                     f"{e * PMAX}:{e * PMAX + ew}])")
-            blk.line(f"    nisa.tensor_copy(dst=k_all[0:{ew}, {e}, nl.ds(c * {PMAX}, {PMAX})], "
-                     "src=kt_ps)")
-    if d.vt:
-        for e0 in range(0, d.ev, PMAX):
-            ew = min(PMAX, d.ev - e0)
-            blk.line(f"v_nat = nl.ndarray(({ew}, {keys}), dtype={cd}, buffer=nl.sbuf)")
-            blk.line(f"nisa.dma_copy(dst=v_nat, src=v_v[g, {e0}:{e0 + ew}, 0:{keys}])")
-            blk.line(f"for c in range({j}):")
-            blk.line(f"    vt_ps = nl.ndarray(({PMAX}, {ew}), dtype={cd}, buffer=nl.psum)")
-            blk.line(f"    nisa.nc_transpose(vt_ps, v_nat[0:{ew}, nl.ds(c * {PMAX}, {PMAX})])")
-            blk.line(f"    nisa.tensor_copy(dst=v_all[0:{PMAX}, c, {e0}:{e0 + ew}], src=vt_ps)")
-    else:
-        blk.line(f"nisa.dma_copy(dst=v_all, src=v_v[g]{rows.format(c=d.ev)})")
-    kernel.helpers.append([f"def {fn}(k_all, v_all, k_v, v_v, g):",
-                           '    """Head g\'s K^T [E-chunks, keys] and V [128, J, Ev], keys '
-                           'in the same order (see _emit_resident)."""', *blk.lines])
-    body.comment(f"K^T and V of head g resident for every query block ({keys} keys)")
-    body.line(f"k_all = nl.ndarray(({PMAX}, {d.ke}, {keys}), dtype={cd}, buffer=nl.sbuf)")
-    body.line(f"v_all = nl.ndarray(({PMAX}, {j}, {d.ev}), dtype={cd}, buffer=nl.sbuf)")
-    body.line(f"{fn}(k_all, v_all, k_v, v_v, g)")
-
-
-class _Dims:
-    def __init__(self, emb: int, ev: int, scale: float, compute: str, out: str) -> None:
-        self.emb, self.ev, self.scale, self.compute, self.out = emb, ev, scale, compute, out
-        self.ke = -(-emb // PMAX)  # E-chunks on the partitions of the score matmul
-        self.resident = False  # K^T and V loaded once per head (_emit_resident)
-        self.causal = False  # is_causal: scores past the diagonal are -inf
-        self.keys = 0
-        self.qt = self.kt = self.vt = False  # stored [.., E, L]: transposed in the module
-
-
-def _emit_rows(kernel: Kernel, d: _Dims, keys: int, first: str, later: str) -> str:
+def _emit_rows(kernel: Kernel, d: Dims, keys: int, first: str, later: str) -> str:
     """Query rows q0..q0+p of head g: Q^T resident, the key tiles in order, then 1 / l."""
     fn = kernel.names.fresh("attention_rows")
     blk = Block(depth=1)
     if d.qt:
-        _emit_q_stored_t(blk, d)
+        emit_q_stored_t(blk, d)
     else:
-        _emit_q_turned(blk, d)
+        emit_q_turned(blk, d)
     _emit_rows_tail(blk, d, keys, first, later)
     kernel.helpers.append([f"def {fn}(q_v, k_v, v_v, out_v, g, q0, p):",
                            '    """Query rows q0..q0+p of head g, over every key tile."""',
@@ -177,38 +128,7 @@ def _emit_rows(kernel: Kernel, d: _Dims, keys: int, first: str, later: str) -> s
     return fn
 
 
-def _emit_q_stored_t(blk: Block, d: _Dims) -> None:
-    """Q stored [E, L]: its E-chunks are the stationary operands as they lie in HBM."""
-    blk.comment("Q stored [E, L]: each E-chunk of this block loads as a stationary operand"
-                + (f"; the scale {d.scale!r} on the Scalar Engine" if d.scale != 1.0 else ""))
-    blk.line(f"q_t = nl.ndarray(({PMAX}, {d.ke}, p), dtype={d.compute}, buffer=nl.sbuf)")
-    for e in range(d.ke):
-        w = min(PMAX, d.emb - e * PMAX)
-        rows = f"{e * PMAX}:{e * PMAX + w}"
-        if d.scale == 1.0:
-            blk.line(f"nisa.dma_copy(dst=q_t[0:{w}, {e}, 0:p], src=q_v[g, {rows}, nl.ds(q0, p)])")
-            continue
-        blk.line(f"q_raw = nl.ndarray(({w}, p), dtype={d.compute}, buffer=nl.sbuf)")
-        blk.line(f"nisa.dma_copy(dst=q_raw, src=q_v[g, {rows}, nl.ds(q0, p)])")
-        blk.line(f"nisa.activation(dst=q_t[0:{w}, {e}, 0:p], op=nl.copy, data=q_raw, "
-                 f"scale={d.scale!r})")
-
-
-def _emit_q_turned(blk: Block, d: _Dims) -> None:
-    """Q stored [L, E]: its block transposed on the PE into E-chunks."""
-    blk.comment("Q's block, transposed on the Tensor Engine into E-chunks (stationary operands); "
-                f"the copy out of PSUM (Scalar Engine) applies the scale {d.scale!r}")
-    blk.line(f"q_nat = nl.load(q_v[g, nl.ds(q0, p), 0:{d.emb}], dtype={d.compute})")
-    blk.line(f"q_t = nl.ndarray(({PMAX}, {d.ke}, p), dtype={d.compute}, buffer=nl.sbuf)")
-    for e in range(d.ke):
-        w = min(PMAX, d.emb - e * PMAX)
-        blk.line(f"qt_ps = nl.ndarray(({w}, p), dtype={d.compute}, buffer=nl.psum)")
-        blk.line(f"nisa.nc_transpose(qt_ps, q_nat[0:p, {e * PMAX}:{e * PMAX + w}])")
-        blk.line(f"nisa.activation(dst=q_t[0:{w}, {e}, 0:p], op=nl.copy, data=qt_ps, "
-                 f"scale={d.scale!r})")
-
-
-def _emit_rows_tail(blk: Block, d: _Dims, keys: int, first: str, later: str) -> None:
+def _emit_rows_tail(blk: Block, d: Dims, keys: int, first: str, later: str) -> None:
     """The statistics, the key tiles in order, then 1 / l and the store."""
     single = keys <= KV_TILE
     blk.comment("running -max of the scaled scores (neg_m), row sum l" + (
@@ -238,7 +158,7 @@ def _emit_rows_tail(blk: Block, d: _Dims, keys: int, first: str, later: str) -> 
         blk.line(f"nl.store(out_v[g, nl.ds(q0, p), 0:{d.ev}], res)")
 
 
-def _emit_step(kernel: Kernel, op: Op, d: _Dims, first: bool, only: bool) -> str:
+def _emit_step(kernel: Kernel, op: Op, d: Dims, first: bool, only: bool) -> str:
     """One key tile k0..k0+st: scores, softmax statistics, P V into the accumulator.
 
     `first`: no earlier tile to rescale; `only`: the single tile, whose P V is normalised
@@ -261,7 +181,7 @@ def _emit_step(kernel: Kernel, op: Op, d: _Dims, first: bool, only: bool) -> str
     return fn
 
 
-def _emit_kv_tile(blk: Block, d: _Dims) -> None:
+def _emit_kv_tile(blk: Block, d: Dims) -> None:
     """Streamed form: this key tile's K^T (loaded as it lies when K is stored [E, keys],
     else K's rows turned on the PE) and V's rows (turned on the PE when stored [Ev, keys])."""
     cd = d.compute
@@ -299,7 +219,7 @@ def _emit_kv_tile(blk: Block, d: _Dims) -> None:
         blk.line(f"    nisa.tensor_copy(dst=v_sb[0:w, c, {e0}:{e0 + ew}], src=vt_ps)")
 
 
-def _emit_scores(blk: Block, op: Op, d: _Dims, first: bool, only: bool) -> None:
+def _emit_scores(blk: Block, op: Op, d: Dims, first: bool, only: bool) -> None:
     """Scores, softmax statistics and P V of one key tile (k_t and v_sb in place)."""
     cd = d.compute
     blk.comment(f"{op.origin}: scores S = (scale Q) K^T, contracted over E on the partitions "
