@@ -22,10 +22,14 @@ def apply(rec: Any, queue: list[Item], allocs: list[Alloc]) -> list[Item]:
     by_entries = {id(a.entries): a for a in allocs}
     for i, item in enumerate(queue):
         for member in item[2]:
+            from_hbm = item[0] == "dma" and any(not acc[3] and not acc[2] for acc in member)
             for acc in member:
                 a = by_entries.get(id(acc[0]))
-                if a is not None and (not a.uses or a.uses[-1] != i):
-                    a.uses.append(i)
+                if a is not None:
+                    if not a.uses or a.uses[-1] != i:
+                        a.uses.append(i)
+                    if acc[2] and not from_hbm and a.dirty > i:
+                        a.dirty = i
     base = rec.placed  # the rotation's slots span batches (LNC core switches)
     rec.placed += len(queue)
     t, n = rec.target, len(queue)
@@ -44,31 +48,44 @@ def apply(rec: Any, queue: list[Item], allocs: list[Alloc]) -> list[Item]:
             rec.single.append(a.name)
     if not rec.knobs.model_spills:
         return queue
-    found = [*spills(sb, n, t.sbuf_bytes), *spills(ps, n, t.psum_bytes)]
+    lead = int(rec.knobs.spill_lead)
+    found = [*spills(sb, n, t.sbuf_bytes, lead), *spills(ps, n, t.psum_bytes, lead)]
     return _spill(rec, queue, found) if found else queue
 
 def _spill(rec: Any, queue: list[Item], found: list[Spill]) -> list[Item]:
     """`queue` with a save after and a reload before each spilled tile's gap."""
     after: dict[int, list[Item]] = {}
     before: dict[int, list[Item]] = {}
-    for sp in found:
+    rooms: dict[int, list[list[list[Any]]]] = {}  # at -> the saves that made room there
+    made: list[list[list[Any]]] = [[] for _ in found]
+    for sp, room in zip(found, made, strict=True):
+        rooms.setdefault(sp.at, []).append(room)
+    for sp, room in zip(found, made, strict=True):
         a = sp.alloc
-        room: list[list[Any]] = []  # the save's end: when the room is free
-        due: list[list[Any]] = []  # the instruction before the next use: reload then
+        due: list[list[Any]] = []  # the instruction before the reload's place: reload then
         engine, info = _mover(rec, a)
-        after.setdefault(sp.after, []).append(
-            (engine, "spill_save", [[(a.entries, WHOLE, False, True),
-                                     (room, WHOLE, True, True)]], info, True))
+        refill = a.dirty > sp.after  # still a copy of HBM data: re-read it, save nothing
+        if refill:  # the room is free once its previous use is done
+            queue[sp.after][2][0].append((room, WHOLE, True, True))
+        else:
+            after.setdefault(sp.after, []).append(
+                (engine, "spill_save", [[(a.entries, WHOLE, False, True),
+                                         (room, WHOLE, True, True)]], info, True))
         queue[sp.at][2][0].append((room, WHOLE, False, True))
         if sp.before - 1 > sp.after:
             queue[sp.before - 1][2][0].append((due, WHOLE, True, True))
+        # the reload's own room: the saves chosen where it comes back
+        wait = [(r, WHOLE, False, True) for r in rooms.get(sp.before, ()) if r is not room]
         before.setdefault(sp.before, []).append(
             (engine, "spill_reload", [[(a.entries, WHOLE, True, True),
-                                       (due, WHOLE, False, True)]], info, True))
+                                       (due, WHOLE, False, True), *wait]], info, True))
         got = rec.spilled.setdefault(a.name, [0.0, 0])
         got[0] += a.nbytes * a.parts
         got[1] += 1
-        rec.spill_bytes += a.nbytes * a.parts
+        if refill:
+            rec.refill_bytes += a.nbytes * a.parts
+        else:
+            rec.spill_bytes += a.nbytes * a.parts
     out: list[Item] = []
     for i, item in enumerate(queue):
         out += before.get(i, ())

@@ -91,6 +91,15 @@ VECTORIZE_MAX_FREE = 512
 #: guide's example (MIGRATION = nki/migration/index.rst).
 LOOP_BUFFERS = Ranged(2.0, 1.0, 2.0, "MIGRATION:1360-1380")
 
+#: How far ahead of its next use the compiler reloads a spilled tile, in instructions of
+#: the stream (liveness.py): the reload is issued after the instruction `SPILL_LEAD`
+#: before the use, and the tile holds its room from there. ASSUMED, no document gives it
+#: (docs/cost-model.md, "Spills"): 1 reloads just before the use (the rule before
+#: 2026-12-05); 16, one reload in flight per DMA engine (DMA:39), is the top of the
+#: range. 4: the knee, past which more lead moves the over-capacity calibration points by
+#: under 5 % (and costs room: earlier reloads evict more).
+SPILL_LEAD = Ranged(4.0, 1.0, 16.0, "assumption (liveness.py)")
+
 TRN1 = Target(
     name="trn1",
     tensor_ghz=2.8, vector_ghz=1.12, scalar_ghz=1.4, gpsimd_ghz=1.4,  # ARCH1:67-73

@@ -24,10 +24,11 @@ def allocation(m: dict[str, Any]) -> str:
     """The report's spills and single-buffered tiles, for a prompt ("" when none)."""
     out = ""
     spilled: list[Any] = _of(m, "spilled", list)
-    if _num(m, "spill_bytes"):
+    if _num(m, "spill_bytes") or _num(m, "refill_bytes"):
         tiles = ", ".join(f"{s.get('tile')} {s.get('bytes')} B" for s in spilled[:3])
-        out += (f" Spills: {int(_num(m, 'spill_bytes'))} bytes saved to HBM and reloaded "
-                f"where live tiles exceed on-chip memory ({tiles}).")
+        out += (f" Spills: {int(_num(m, 'spill_bytes'))} bytes saved and reloaded, "
+                f"{int(_num(m, 'refill_bytes'))} bytes of HBM copies re-read, where live "
+                f"tiles exceed on-chip memory ({tiles}).")
     single = m.get("single_buffered")
     if isinstance(single, list) and single:
         out += (" Single-buffered, iterations serialise (two buffers do not fit): "
@@ -38,9 +39,10 @@ def allocation(m: dict[str, Any]) -> str:
 def why_faster(before: dict[str, Any], after: dict[str, Any]) -> str:
     """What the model sees change from `before` to `after` (both `CostReport.as_dict()`)."""
     parts = []
-    sb, sa = _num(before, "spill_bytes"), _num(after, "spill_bytes")
-    if sb != sa:
-        parts.append(f"spill bytes {int(sb)} -> {int(sa)}")
+    for key, what in (("spill_bytes", "spill bytes"), ("refill_bytes", "refill bytes")):
+        sb, sa = _num(before, key), _num(after, key)
+        if sb != sa:
+            parts.append(f"{what} {int(sb)} -> {int(sa)}")
     nb = len(before.get("single_buffered") or [])
     na = len(after.get("single_buffered") or [])
     if nb != na:

@@ -46,7 +46,7 @@ class Alloc:
     """One on-chip allocation, as the recorder saw it (slots: one is made per allocation,
     on the model's hottest path after the instruction hook)."""
 
-    __slots__ = ("entries", "label", "nbytes", "parts", "psum", "site", "uses")
+    __slots__ = ("dirty", "entries", "label", "nbytes", "parts", "psum", "site", "uses")
 
     def __init__(self, site: tuple[Any, ...], nbytes: int, parts: int, psum: bool,
                  label: str, entries: list[list[Any]]) -> None:
@@ -57,6 +57,9 @@ class Alloc:
         self.label = label  # the allocation's name= ("" when none)
         self.entries = entries  # the recorder's access entries of this allocation
         self.uses: list[int] = []  # queue indices, ascending
+        #: The first queue index that writes it with anything but a DMA from HBM: before
+        #: it, the tile is a copy of HBM data, refilled from there rather than spilled.
+        self.dirty = 1 << 62
 
     @property
     def name(self) -> str:
@@ -66,7 +69,8 @@ class Alloc:
 
 @dataclass(frozen=True)
 class Spill:
-    """`alloc` saved after instruction `after`, reloaded before `before`; `at` needed the room."""
+    """`alloc` saved after instruction `after`, reloaded before `before` (its next use, or
+    `lead` instructions earlier); `at` needed the room."""
 
     alloc: Alloc
     after: int
@@ -144,9 +148,12 @@ def rotation(allocs: list[Alloc], depth: dict[tuple[Any, ...], int],
     return waits
 
 
-def spills(allocs: list[Alloc], n: int, capacity: int, limit: int = 20000) -> list[Spill]:
+def spills(allocs: list[Alloc], n: int, capacity: int, lead: int = 1,
+           limit: int = 20000) -> list[Spill]:
     """The spills that keep the live bytes of `allocs` within `capacity` per partition
-    over a stream of `n` instructions (module docstring)."""
+    over a stream of `n` instructions (module docstring). A spilled tile is back
+    `lead` instructions before its next use (1: just before it), and its room is
+    counted from there; never before the instruction that needed the room."""
     live_ones = [a for a in allocs if a.uses]
     if not live_ones or sum(a.nbytes for a in live_ones) <= capacity:
         return []
@@ -168,8 +175,9 @@ def spills(allocs: list[Alloc], n: int, capacity: int, limit: int = 20000) -> li
             continue
         k, prev, nxt = pick
         done.add((k, prev))
-        live[prev + 1:nxt] -= size[k]
-        out.append(Spill(live_ones[k], prev, nxt, i))
+        back = max(i + 1, nxt - max(1, lead) + 1)
+        live[prev + 1:back] -= size[k]
+        out.append(Spill(live_ones[k], prev, back, i))
         start = i
     return out
 

@@ -45,6 +45,9 @@ class Knobs:
     #: Spill and reload what exceeds a partition's SBUF/PSUM (liveness.py); only a kernel
     #: run without the simulator's capacity check (`check_capacity=False`) can exceed it.
     model_spills: bool = True
+    #: Instructions ahead of its next use a spilled tile is reloaded (liveness.py; an
+    #: assumption, constants.SPILL_LEAD).
+    spill_lead: float = C.SPILL_LEAD.value
 
 
 def free_elems(t: NkiTensor) -> int:

@@ -55,6 +55,18 @@ def vector_ns(free: int, inputs: int = 1, elem_bytes: int = 4, target: str = "tr
     return max(passes * free / lanes, C.ACCESS_OVERHEAD.value) / ghz
 
 
+def pass_ns(engine: str = "vector", elem_bytes: int = 4, target: str = "trn1") -> float:
+    """ns per element a partition of one streaming pass on `engine` (vector, scalar or
+    gpsimd): 1 / (lanes x clock), the slope of `vector_ns` without its overhead floor."""
+    t = C.target(target)
+    two = elem_bytes <= 2
+    if engine == "scalar":
+        return 1.0 / (t.scalar_lanes[0 if two else 1] * t.scalar_ghz)
+    if engine == "gpsimd":
+        return 1.0 / t.gpsimd_ghz
+    return 1.0 / (t.vector_lanes[0 if two else 1] * t.vector_ghz)
+
+
 def sbuf_bytes(target: str = "trn1") -> int:
     """SBUF bytes per partition (ARCH1:78, ARCH2:39, ARCH3:36)."""
     return C.target(target).sbuf_bytes

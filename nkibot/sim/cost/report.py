@@ -38,6 +38,9 @@ class CostReport:
     #: (liveness.py), and per tile (name and kernel line) [bytes, spills].
     spill_bytes: int = 0
     spilled: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Bytes re-read from HBM for tiles evicted while still copies of HBM data (refills:
+    #: nothing saved); `spilled` counts them with the spills (bytes reloaded, times).
+    refill_bytes: int = 0
     #: Loop tiles given one buffer instead of two (two would not fit): their iterations
     #: serialise.
     single_buffered: list[str] = field(default_factory=list)
@@ -83,7 +86,8 @@ class CostReport:
             "top_ops": [{"op": k, "instructions": n, "busy_us": round(ns / 1000.0, 3)}
                         for k, (n, ns) in list(self.by_op.items())[:6]],
             "spill_bytes": self.spill_bytes,
-            "spilled": [{"tile": k, "bytes": b, "spills": n}
+            "refill_bytes": self.refill_bytes,
+            "spilled": [{"tile": k, "bytes": b, "reloads": n}
                         for k, (b, n) in list(self.spilled.items())[:6]],
             "single_buffered": self.single_buffered[:6],
         }
@@ -154,6 +158,7 @@ def build(rec: Recorder, hbm_bytes: int, cost_only: bool) -> CostReport:
         by_op={k: (int(v[0]), float(v[1])) for k, v in
                sorted(rec.by_op.items(), key=lambda kv: -kv[1][1])},
         notes=_notes(rec), spill_bytes=int(rec.spill_bytes),
+        refill_bytes=int(rec.refill_bytes),
         spilled={k: (int(v[0]), int(v[1])) for k, v in
                  sorted(rec.spilled.items(), key=lambda kv: -kv[1][0])},
         single_buffered=list(rec.single))
@@ -164,11 +169,13 @@ def _notes(rec: Recorder) -> list[str]:
     if rec.eliminated:
         notes.append(f"dead-code elimination: {rec.eliminated} instruction(s) whose results "
                      "are never read were not costed")
-    if rec.spill_bytes:
+    if rec.spilled:
         worst = max(rec.spilled.items(), key=lambda kv: kv[1][0])
-        notes.append(f"spills: {int(rec.spill_bytes)} bytes saved to HBM and reloaded where "
+        notes.append(f"spills: {int(rec.spill_bytes)} bytes saved (SBUF to HBM, PSUM to "
+                     "SBUF) and reloaded, "
+                     f"{int(rec.refill_bytes)} bytes of HBM copies re-read (refills), where "
                      f"live tiles exceed on-chip capacity; most by {worst[0]} "
-                     f"({int(worst[1][0])} bytes, {int(worst[1][1])} spills)")
+                     f"({int(worst[1][0])} bytes in {int(worst[1][1])} reloads)")
     if rec.single:
         notes.append("single-buffered (two buffers would not fit, iterations serialise): "
                      + ", ".join(rec.single[:4]))

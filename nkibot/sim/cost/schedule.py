@@ -131,6 +131,8 @@ class Recorder:
         self.slots: dict[tuple[Any, ...], list[Any]] = {}
         self.placed = 0
         self.spill_bytes = 0.0
+        #: Bytes re-read from HBM for spilled tiles that were copies of HBM data (refills).
+        self.refill_bytes = 0.0
         self.spilled: dict[str, list[float]] = {}
         #: Loop tiles given one buffer, not `Knobs.loop_buffers`: both would not fit.
         self.single: list[str] = []

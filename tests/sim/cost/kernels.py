@@ -284,3 +284,24 @@ def sum_as_loaded(x, parts=4, chunks=2):
                 nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
         nisa.dma_copy(dst=out[:, c * w:(c + 1) * w], src=acc)
     return out
+
+
+@nki.jit
+def reuse_rows(x, passes=2):
+    """Loads every [128, F] slice of x once and adds all of them into one sum, `passes`
+    times over: the slices are reused across passes, like a matmul's operand blocks. With
+    F large they do not all fit SBUF, and the ones evicted are still copies of x (a
+    compiler refills them from x; run without the capacity check)."""
+    out = nl.ndarray((128, x.shape[2]), dtype=x.dtype, buffer=nl.shared_hbm)
+    tiles = []
+    for i in range(x.shape[0]):
+        t = nl.ndarray((128, x.shape[2]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i])
+        tiles.append(t)
+    acc = nl.ndarray((128, x.shape[2]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    for _ in range(passes):
+        for t in tiles:
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out

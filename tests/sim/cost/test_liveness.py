@@ -83,3 +83,34 @@ def test_the_kernel_that_fits_is_ranked_faster_despite_more_instructions(
     assert sum(fitting.instructions.values()) > sum(spilling.instructions.values())
     assert fitting.spill_bytes == 0 < spilling.spill_bytes
     assert fitting.makespan_ns < spilling.makespan_ns
+
+
+def test_evicted_copies_of_hbm_data_are_refilled_not_saved(k: ModuleType) -> None:
+    """memory-hierarchy-overview.rst:86, "spills or refills": a tile evicted while still an
+    unmodified copy of HBM data is re-read from there; nothing is saved. hold_then_sum's
+    tiles were rewritten on chip (exp in place), so they are saved and reloaded."""
+    x = ((8, 128, 8192), "float32")  # 8 x 32 KiB a partition, read twice: over 192 KiB
+    refilled = estimate(k.reuse_rows, x, knobs=NO_CHECK)
+    unmodelled = estimate(k.reuse_rows, x, knobs=Knobs(check_capacity=False,
+                                                       model_spills=False))
+    assert refilled.spill_bytes == 0 < refilled.refill_bytes
+    assert refilled.dma_bytes == unmodelled.dma_bytes + refilled.refill_bytes
+    assert refilled.makespan_ns > unmodelled.makespan_ns
+    assert refilled.as_dict()["refill_bytes"] == refilled.refill_bytes
+    assert "refills" in " ".join(refilled.notes)
+    saved = estimate(k.hold_then_sum, ((4, 128, 16384), "float32"), knobs=NO_CHECK)
+    assert saved.spill_bytes > 0 and saved.refill_bytes == 0
+
+
+def test_reloads_are_issued_ahead_of_the_use_and_take_their_room_early(
+        k: ModuleType) -> None:
+    """Knobs.spill_lead (constants.SPILL_LEAD, an assumption): a reload issued just before
+    its use (lead 1) leaves the adder waiting for each transfer; issued 4 instructions
+    ahead its latency overlaps the adds. Earlier reloads hold their room longer, so a
+    longer lead evicts (and refills) more."""
+    x = ((8, 128, 8192), "float32")
+    by_lead = {n: estimate(k.reuse_rows, x, knobs=Knobs(check_capacity=False, spill_lead=n))
+               for n in (1, 4, 8)}
+    assert by_lead[4].makespan_ns < by_lead[1].makespan_ns * 0.9
+    assert by_lead[1].refill_bytes < by_lead[4].refill_bytes < by_lead[8].refill_bytes
+    assert estimate(k.reuse_rows, x, knobs=NO_CHECK).makespan_ns == by_lead[4].makespan_ns
