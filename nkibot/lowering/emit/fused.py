@@ -9,8 +9,9 @@ absorbs the affine chain under it (`exp(x - max)` is `activation(exp, x, bias=-m
 a row sum of its result is its `reduce_res` (free). A binary op of two FULL tiles takes a
 one-step operand into `nisa.scalar_tensor_tensor`. Where either engine could run a pass,
 the one with less work so far in this tile gets it (`TileEmitter.busy`), so the Vector
-and Scalar engines run in parallel. Pass costs are the cost model's (trn1): a Vector pass
-over N elements is N cycles at 1.12 GHz (2N with two tile inputs), a Scalar pass N at 1.4.
+and Scalar engines run in parallel. Pass costs are the cost model's (`nkibot.sim.cost.quick`,
+trn1): a Vector pass over N elements is N cycles at its clock (2N with two tile inputs), a
+Scalar pass N at its own.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Protocol
 from nkibot.lowering.emit.builder import Block, Names
 from nkibot.lowering.frontend.ir import Arg, Op, Ref
 from nkibot.lowering.schedule.layout import FULL, ONE, ROW, TOTAL, Placement, Resolved
+from nkibot.sim.cost import quick
 
 TS_OPS = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply",
           "maximum": "nl.maximum", "minimum": "nl.minimum", "gt": "nl.greater",
@@ -29,7 +31,8 @@ TS_OPS = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply",
 #: unary primitives that are not Scalar Engine activation functions
 VECTOR_UNARY = frozenset({"abs", "neg"})
 HOISTED_IOTA = 8192  # widest full iota built once in the kernel body (32 KiB a partition)
-PASS_NS = {"vector": 1 / 1.12, "scalar": 1 / 1.4}  # ns per element per partition, one pass
+#: ns per element per partition of one pass (the cost model's, trn1 fp32)
+PASS_NS = {"vector": quick.pass_ns("vector"), "scalar": quick.pass_ns("scalar")}
 
 
 class TileEmitter(Protocol):

@@ -23,6 +23,7 @@ from typing import Protocol
 from nkibot.lowering.emit.builder import Block, Names
 from nkibot.lowering.frontend.ir import Op, Ref
 from nkibot.lowering.schedule.layout import FULL, ROW, Placement, Resolved
+from nkibot.sim.cost import quick
 
 
 class TileEmitter(Protocol):
@@ -78,7 +79,7 @@ def moments(em: TileEmitter, op: Op) -> str | None:
                   f"{BN_STATS_FMAX}, min({BN_STATS_FMAX}, q - bj * {BN_STATS_FMAX}))])")
     em.block.line(f"{mv} = nl.ndarray((p, 2), dtype=nl.float32, buffer=nl.sbuf)")
     em.block.line(f"nisa.bn_aggr(dst={mv}, data={stats})")
-    em.busy["vector"] += 1 / 1.12  # one pass (fused.PASS_NS["vector"])
+    em.busy["vector"] += quick.pass_ns("vector")  # one pass (fused.PASS_NS["vector"])
     em.done[found.mean] = f"{mv}[0:p, 0:1]"
     em.done[found.var] = f"{mv}[0:p, 1:2]"
     # never emitted: their only readers are done

@@ -220,7 +220,8 @@ def band_cost(spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand, elem_
     plane = convfold.load_ns(spec.cin_g * math.prod(p.plane for p in dims) * elem_bytes * 2)
     out = spec.cout_g * math.prod(d.size_out for d in spec.dims) * elem_bytes
     runs = spec.cout_g * math.prod(d.size_out for d in spec.dims[:i + 1])
-    dma = band.blocks * plane + convfold.load_ns(out) + runs * convfold.DESCRIPTOR_NS / 16
+    dma = (band.blocks * plane + convfold.load_ns(out)
+           + runs * convfold.DESCRIPTOR_NS / convfold.QUEUES)
     pe = calls * cycles
     return pe + dma, pe, dma
 

@@ -55,3 +55,24 @@ def test_the_lowering_budgets_are_fractions_of_the_model_s_sbuf() -> None:
     assert rowwise.SBUF_BUDGET == 160 * 1024
     assert convfold.pe_ns is quick.pe_ns and convfold.load_ns is quick.load_ns
     assert C.DMA_DESCRIPTOR_NS.value == convfold.DESCRIPTOR_NS
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+def test_a_pass_is_the_slope_of_the_model_s_instruction_cost(target: str) -> None:
+    for engine, nbytes in (("vector", 4), ("vector", 2), ("scalar", 4), ("scalar", 2)):
+        assert quick.pass_ns(engine, nbytes, target) * 4096 == pytest.approx(
+            quick.vector_ns(4096, 1, nbytes, target, engine))
+
+
+def test_the_lowering_restates_no_clock_bandwidth_or_queue_count() -> None:
+    from nkibot.lowering.emit import fused
+    from nkibot.lowering.schedule import convfold
+
+    want = {"vector": quick.pass_ns("vector"), "scalar": quick.pass_ns("scalar")}
+    assert want == fused.PASS_NS
+    assert C.TRN1.dma_queues == convfold.QUEUES
+    root = ROOT / "nkibot" / "lowering"
+    for path in root.rglob("*.py"):  # code only: comments and docstrings may explain
+        code = "\n".join(line.split("#")[0] for line in path.read_text().splitlines())
+        for figure in ("1 / 1.12", "1 / 1.4", "/ 2.8", "* 17.0", "/ 16\n"):
+            assert figure not in code, f"{path.relative_to(ROOT)} restates {figure!r}"
