@@ -86,7 +86,10 @@ def _numpy(tensor: Any, dtype: str) -> np.ndarray:
                   "float8_e4m3": ml_dtypes.float8_e4m3fn,
                   "float8_e5m2": ml_dtypes.float8_e5m2}[dtype]
         return value.float().numpy().astype(target)
-    return value.numpy()
+    # NKI has no 64-bit dtypes: int64 and float64 arrive as int32 and float32 (the calling
+    # convention), e.g. token ids or BatchNorm's num_batches_tracked
+    narrow = {torch.int64: np.int32, torch.float64: np.float32}.get(value.dtype)
+    return value.numpy().astype(narrow) if narrow is not None else value.numpy()
 
 
 def _inputs(seed: int) -> list[Any]:

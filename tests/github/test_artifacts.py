@@ -132,6 +132,45 @@ class TestLocalOutputs:
         assert tmp_path / "pytest.ini" not in written
         assert (tmp_path / "pytest.ini").read_text() == "[pytest]\nmarkers = mine\n"
 
+    def test_int64_inputs_and_state_arrive_as_int32(self, tmp_path: Path) -> None:
+        """Token ids (an int64 input) and BatchNorm's num_batches_tracked (int64 state) reach
+        the kernel as int32, the calling convention: the simulator refused them before
+        ("kernel argument 4: int64 is not an NKI dtype"), so the generated test of every
+        module with a BatchNorm or an embedding failed although the kernel verified."""
+        from nkibot.lowering import Lowered, lower_task
+
+        ref = tmp_path / "emb_ref.py"
+        ref.write_text("import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+                       "    def __init__(self):\n        super().__init__()\n"
+                       "        self.bn = nn.BatchNorm1d(16)\n"
+                       "        self.emb = nn.Embedding(50, 16)\n\n"
+                       "    def forward(self, x, ids):\n"
+                       "        return self.bn(x) * 2 + self.emb(ids)\n")
+        task = Task(reference_source=ref.read_text(), entry_point="Model",
+                    source_path=str(ref), reference_file=str(ref),
+                    inputs=[InputSpec(name="x", shape=(4, 16)),
+                            InputSpec(name="ids", shape=(4,), dtype="int64")])
+        lowered = lower_task(task)
+        assert isinstance(lowered, Lowered), lowered
+        state = [("bn.weight", [16], "float32"), ("bn.bias", [16], "float32"),
+                 ("bn.running_mean", [16], "float32"), ("bn.running_var", [16], "float32"),
+                 ("bn.num_batches_tracked", [], "int64"), ("emb.weight", [50, 16], "float32")]
+        args = [KernelArg(name="x", source="input", index=0, shape=[4, 16]),
+                KernelArg(name="ids", source="input", index=1, shape=[4], dtype="int64"),
+                *(KernelArg(name=k.replace(".", "_"), source="state_dict", key=k, shape=sh,
+                            dtype=dt) for k, sh, dt in state)]
+        result = ConversionResult(
+            status="verified", target="emb_ref.py::Model", backend="sim", hardware=False,
+            simulator="nkibot-sim", model="lowering", turns=1,
+            kernel=KernelInfo(path="nki_kernels/emb_ref_model_nki.py",
+                              function=lowered.function, source=lowered.source, args=args),
+            verify=VerifyResult(passed=True, trials=[TrialStats(trial=0, seed=0, passed=True,
+                                                                atol=1e-4, rtol=1e-4)]))
+        write_local_outputs(result, task, tmp_path)
+        proc = run_pytest(tmp_path / "nki_kernels" / "test_emb_ref_model_nki.py")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert "3 passed" in proc.stdout
+
     def test_generated_test_fails_for_a_wrong_kernel(self, tmp_path: Path) -> None:
         """The same test fails when the kernel's outputs do not match the reference."""
         write_local_outputs(relu_result("zeros.py"), relu_task(), tmp_path)
