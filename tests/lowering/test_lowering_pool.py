@@ -74,13 +74,21 @@ class TestTiledWindows:
         ("nn.AvgPool2d(2)", (4, 64, 16, 16)),
         ("nn.MaxPool2d(3)", (2, 40, 14, 13)),  # leftover rows and columns
         ("nn.AvgPool1d(4)", (3, 50, 42)),
-        ("nn.MaxPool3d(2)", (2, 8, 6, 8, 10)),
+        ("nn.AvgPool2d(2)", (8, 128, 8, 8)),  # rows packed per partition, merged into dim 0
     ])
     def test_one_reduction_matches_torch(self, ctor: str, shape: tuple[int, ...]) -> None:
         task = make_task(module_source("self.pool(x)", init=f"        self.pool = {ctor}"),
                          [shape])
         source = lower_ok(task).source
         assert "nisa.tensor_reduce(dst=f0" in source and "nisa.tensor_tensor(" not in source
+        check_on_sim(task)
+
+    def test_patterns_over_four_free_dims_fold(self) -> None:
+        """A 3-D window needs six pattern dims (outputs and taps per dim), over the four an
+        SBUF access pattern has: it folds dim by dim, and matches."""
+        task = make_task(module_source("self.pool(x)", init="        self.pool = nn.MaxPool3d(2)"),
+                         [(2, 8, 6, 8, 10)])
+        assert "tensor_reduce" not in lower_ok(task).source
         check_on_sim(task)
 
     def test_overlapping_windows_still_fold(self) -> None:

@@ -232,11 +232,34 @@ def _padded(dims: tuple[Dim, ...]) -> bool:
     return any(d.lead or d.plane > d.size_in for d in dims)
 
 
-def _tiled(dims: tuple[Dim, ...]) -> bool:
+#: free dims of an SBUF access pattern (nki/deep-dives/nki-aps.rst: "up to
+#: four-dimensional arrays" in the free dimension)
+AP_FREE_DIMS = 4
+
+
+def _tiled(dims: tuple[Dim, ...], g: int) -> bool:
     """Windows that tile the unpadded plane (stride = kernel, no dilation): each output
-    element reduces its own block of the input, with no overlap."""
-    return not _padded(dims) and all(d.step == d.taps and d.dil == 1 and d.up == 1
-                                     and d.taps > 1 for d in dims)
+    element reduces its own block of the input, with no overlap; and the reduction's
+    access pattern has at most AP_FREE_DIMS free dims."""
+    return not _padded(dims) and all(
+        d.step == d.taps and d.dil == 1 and d.up == 1 and d.taps > 1 for d in dims
+    ) and len(_window_pattern(dims, g)[0]) <= AP_FREE_DIMS
+
+
+def _window_pattern(dims: tuple[Dim, ...], g: int) -> tuple[list[tuple[int, int]], int]:
+    """The free [step, count] pairs that read x_sb as [rows, outputs..., taps...] (one-element
+    dims dropped; the rows merged into dim 0's outputs when dim 0 has no leftover input)
+    and how many trailing pairs are taps."""
+    n = len(dims)
+    inner = [math.prod(d.size_in for d in dims[i + 1:]) for i in range(n)]
+    outs = [(d.taps * inner[i], d.size_out) for i, d in enumerate(dims)]
+    rows = math.prod(d.size_in for d in dims)
+    if dims[0].size_out * dims[0].taps == dims[0].size_in:
+        outs[0] = (outs[0][0], g * outs[0][1])
+    elif g > 1:
+        outs.insert(0, (rows, g))
+    taps = [(inner[i], d.taps) for i, d in enumerate(dims)]
+    return [pr for pr in outs if pr[1] > 1] + taps, len(taps)
 
 
 def _emit_window_reduce(blk: Block, dims: tuple[Dim, ...], kind: str, g: int,
@@ -244,14 +267,10 @@ def _emit_window_reduce(blk: Block, dims: tuple[Dim, ...], kind: str, g: int,
     """f0 <- every window's max or sum in one Vector Engine tensor_reduce, reading x_sb
     through an access pattern [rows, outputs per dim..., taps per dim...] (one pass over
     the input, where folding dim by dim reads it about 1.5 times)."""
-    n = len(dims)
-    inner = [math.prod(d.size_in for d in dims[i + 1:]) for i in range(n)]
+    pairs, n = _window_pattern(dims, g)
     free = g * math.prod(d.size_in for d in dims)
-    pairs = [(math.prod(d.size_in for d in dims), g),
-             *((d.taps * inner[i], d.size_out) for i, d in enumerate(dims)),
-             *((inner[i], d.taps) for i, d in enumerate(dims))]
     text = ", ".join([f"[{free}, p]", *(f"[{a}, {b}]" for a, b in pairs)])
-    axes = tuple(range(2 + n, 2 + 2 * n))
+    axes = tuple(range(1 + len(pairs) - n, 1 + len(pairs)))
     blk.comment(f"{kind} of every {'x'.join(str(d.taps) for d in dims)} window in one Vector "
                 "Engine reduction over an access pattern [rows, outputs..., taps...]")
     blk.line(f"f0 = nl.ndarray((p, {g}, {', '.join(str(d.size_out) for d in dims)}), "
@@ -382,9 +401,9 @@ def _emit_tile(kernel: Kernel, dims: tuple[Dim, ...], kind: str, op: Op, out_dty
     _emit_load(blk, dims, kind, g, first[0], band)
     shapes = {"x_sb": [d.plane for d in dims]}
     final = nl_dtype(out_dtype) if kind == "max" else "nl.float32"
-    if _tiled(dims):
+    if _tiled(dims, g):
         _emit_window_reduce(blk, dims, kind, g, final)
-    for i, passes, ext in ([] if _tiled(dims) else _plan(dims, kind)):
+    for i, passes, ext in ([] if _tiled(dims, g) else _plan(dims, kind)):
         d = dims[i]
         blk.comment(f"{kind} over dim {i}: {d.taps} taps (stride {d.step}, dilation {d.dil}) "
                     f"in {len(passes)} pass(es)")

@@ -102,9 +102,16 @@ def pe_ns(dims: list[tuple[int, int]], inner: int, b: int, target: str) -> float
     return outer * max(dma, pe, vec) + 2 * quick.dma_ns(0, 1, 1, target)
 
 
+#: free dims of the Vector Engine copy's access pattern: the SBUF pattern holds up to four,
+#: "though most instructions only support 1D/2D/3D in the free dimension"
+#: (nki/deep-dives/nki-aps.rst)
+COPY_FREE_DIMS = 3
+
+
 def sbuf_chunk(dims: list[tuple[int, int]], b: int) -> int:
-    """Elements of dims[1] per `sbuf` tile (0: the free dims do not fit a tile)."""
-    if len(dims) < 2:
+    """Elements of dims[1] per `sbuf` tile (0: the free dims do not fit a tile, or need
+    more than COPY_FREE_DIMS pattern dims)."""
+    if not 2 <= len(dims) <= COPY_FREE_DIMS + 1:
         return 0
     rest = math.prod(n for n, _ in dims[2:]) * b
     if rest > SBUF_TILE_BYTES:
