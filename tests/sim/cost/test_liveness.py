@@ -10,6 +10,7 @@ import pytest
 
 from nkibot.sim import activate
 from nkibot.sim.cost import Knobs, estimate
+from nkibot.sim.cost.explain import why_faster
 from nkibot.sim.errors import ConstraintError
 from tests.sim.sim_helpers import load_module
 
@@ -83,6 +84,11 @@ def test_the_kernel_that_fits_is_ranked_faster_despite_more_instructions(
     assert sum(fitting.instructions.values()) > sum(spilling.instructions.values())
     assert fitting.spill_bytes == 0 < spilling.spill_bytes
     assert fitting.makespan_ns < spilling.makespan_ns
+    # what the optimize phase writes into a kept step: the spill bytes and the DMA time
+    # they cost (nkibot.sim.cost.explain.why_faster)
+    reason = why_faster(spilling.as_dict(), fitting.as_dict())
+    assert f"spill bytes {spilling.spill_bytes} -> 0" in reason
+    assert "dma busy" in reason
 
 
 def test_evicted_copies_of_hbm_data_are_refilled_not_saved(k: ModuleType) -> None:
