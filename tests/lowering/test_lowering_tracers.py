@@ -74,3 +74,31 @@ class TestModelCode:
         transpose, the causal mask a sliced buffer (read as state, not baked in as a
         constant), masked_fill with -inf, softmax. It failed symbolic tracing."""
         check_on_sim(make_task("import math\n" + CAUSAL, [(2, 8, 32)]))
+
+
+class TestRecurrentDeclines:
+    """An nn.LSTM/GRU (nothing lowers them yet) is declined by name without being run over
+    its sequence on meta tensors, which PyTorch decomposes step by step (KernelBench level 3
+    36-42 took 30-90 s to decline)."""
+
+    @pytest.mark.parametrize(("rnn", "pick"), [
+        ("nn.LSTM(32, 64, num_layers=4, batch_first=True)", "self.rnn(x)[0][:, -1, :]"),
+        ("nn.GRU(32, 64, num_layers=4, batch_first=True, bidirectional=True)",
+         "self.rnn(x)[1][-1]"),
+    ])
+    def test_declined_quickly_and_by_name(self, rnn: str, pick: str) -> None:
+        import time
+
+        from nkibot.lowering import Declined, lower_task
+
+        source = (f"{HEADER}class Model(nn.Module):\n    def __init__(self):\n"
+                  f"        super().__init__()\n        self.rnn = {rnn}\n"
+                  f"        self.fc = nn.Linear(64, 10)\n\n    def forward(self, x):\n"
+                  f"        return self.fc({pick})\n")
+        task = make_task(source, [(4, 2048, 32)])
+        started = time.process_time()
+        result = lower_task(task)
+        assert isinstance(result, Declined)
+        name = "lstm" if "LSTM" in rnn else "gru"
+        assert f"aten.{name}.default (self.rnn at" in result.reason
+        assert time.process_time() - started < 5.0  # ~20 s of CPU run step by step
