@@ -343,14 +343,16 @@ class TestWideContraction:
         assert sum(line.startswith("conv group") for line in plan) == 2, plan
         check_on_sim(task)
 
-    def test_grouped_wide_contraction_still_declines(self) -> None:
-        from nkibot.lowering import Declined, lower_task
-
-        task = make_task(module_source("self.c(x)",
-                                       init="        self.c = nn.Conv2d(512, 8, 1, groups=2)"),
-                         [(1, 512, 4, 4)])
-        result = lower_task(task)
-        assert isinstance(result, Declined) and "256 input channels per group" in result.reason
+    @pytest.mark.parametrize(("ctor", "shape"), [
+        ("nn.Conv2d(320, 64, 1, groups=2)", (2, 320, 8, 8)),  # ShuffleNet's 160 a group
+        ("nn.Conv2d(480, 30, 3, padding=1, groups=3, bias=False)", (1, 480, 6, 6)),
+    ])
+    def test_grouped_wide_contraction(self, ctor: str, shape: tuple[int, ...]) -> None:
+        """Over 128 channels a group: one conv per group (each in channel chunks), their
+        results concatenated along the channels."""
+        task = make_task(module_source("self.c(x)", init=f"        self.c = {ctor}"), [shape])
+        assert lower_ok(task).plan[-1].startswith("cat group")
+        check_on_sim(task)
 
 
 POOLS = {

@@ -117,9 +117,49 @@ def _norm_ops(op: Op, kind: str) -> list[Op]:
 
 
 def split_wide_convs(graph: Graph) -> Graph:
-    """The graph with each ungrouped convolution over more than PMAX input channels written
-    as a sum over channel chunks (see module doc). The partial results are fp32; the last
-    add takes the conv's name and dtype."""
+    """The graph with each convolution over more than PMAX input channels a group written
+    as a sum over channel chunks (see module doc); a grouped one is first one conv per
+    group, concatenated along the channels. The partial results are fp32; the last op
+    takes the conv's name and dtype."""
+    return _chunk_convs(_ungroup_wide_convs(graph))
+
+
+def _ungroup_wide_convs(graph: Graph) -> Graph:
+    ops: list[Op] = []
+    for op in graph.ops:
+        x, w = (*op.args, None, None)[:2]
+        groups = int(str(op.attr("groups", 1)))
+        if (op.op != "conv" or not isinstance(x, Ref) or not isinstance(w, Ref)
+                or groups == 1 or graph.shape_of(x)[1] // groups <= PMAX):
+            ops.append(op)
+            continue
+        x_shape, w_shape = graph.shape_of(x), graph.shape_of(w)
+        cin_g, cout_g = x_shape[1] // groups, op.shape[1] // groups
+        # weight [Cout, Cin/g, K...], or [Cin, Cout/g, K...] when transposed
+        w_rows = cin_g if op.attr("transposed", False) else cout_g
+        attrs = tuple((k, 1 if k == "groups" else v) for k, v in op.attrs)
+        parts = []
+        for g in range(groups):
+            xs = Op(f"{op.name}_g{g}x", "narrow", (x,), (x_shape[0], cin_g, *x_shape[2:]),
+                    _dtype(graph, x), op.origin, (("start", g * cin_g), ("dim", 1)))
+            ws = Op(f"{op.name}_g{g}w", "narrow", (w,), (w_rows, *w_shape[1:]),
+                    _dtype(graph, w), op.origin, (("start", g * w_rows), ("dim", 0)))
+            args: tuple[Arg, ...] = (Ref(xs.name), Ref(ws.name))
+            ops += [xs, ws]
+            if len(op.args) > 2 and isinstance(op.args[2], Ref):
+                ops.append(Op(f"{op.name}_g{g}b", "narrow", (op.args[2],), (cout_g,),
+                              _dtype(graph, op.args[2]), op.origin,
+                              (("start", g * cout_g), ("dim", 0))))
+                args += (Ref(ops[-1].name),)
+            ops.append(Op(f"{op.name}_g{g}", "conv", args, (op.shape[0], cout_g, *op.shape[2:]),
+                          "float32", op.origin, attrs))
+            parts.append(Ref(ops[-1].name))
+        ops.append(Op(op.name, "cat", tuple(parts), op.shape, op.dtype, op.origin,
+                      (("dim", 1),)))
+    return Graph(graph.leaves, ops, graph.outputs, graph.constants)
+
+
+def _chunk_convs(graph: Graph) -> Graph:
     ops: list[Op] = []
     for op in graph.ops:
         x, w = (*op.args, None, None)[:2]
