@@ -173,3 +173,15 @@ class TestPlanesOverBudget:
         source = lower_ok(task).source
         assert "tile budget" in source and "(x_v, out_v, r0, p, b0, i0):" in source
         check_on_sim(task)
+
+
+def test_band_over_the_tile_budget_is_one_output_row() -> None:
+    """No band fits the tile budget: one output row a band (64 KiB for AvgPool3d(2) over
+    64 x 64 planes), not the fewest bands under the row limit (two rows: 128 KiB, which
+    failed to compile beside an earlier stage's live tiles in KernelBench level 2 3)."""
+    from nkibot.lowering.emit.pool import _fitting_bands, pool_dims
+    from nkibot.lowering.frontend.ir import Op
+
+    op = Op("p", "pool", (), (1, 2, 16, 32, 32), "float32", "",
+            (("kind", "avg"), ("kernel", (2, 2, 2)), ("stride", (2, 2, 2))))
+    assert _fitting_bands(pool_dims(op, (1, 2, 32, 64, 64)), "avg") == 16
