@@ -93,18 +93,24 @@ def depths(allocs: list[Alloc], n: int, capacity: int, buffers: int
     """Buffers per rotating site: `buffers`, but fewer (down to 1) for the largest tiles'
     sites while the extra buffers would not fit beside the peak of the live bytes ("a
     space-time tradeoff at liberty", MIGRATION:1371-1373: the compiler serialises before
-    it spills)."""
+    it spills). Sites of equal size lose buffers in the order they first rotate (program
+    order): an assumption, no document names the compiler's order. A site's key holds
+    the recorder's core (an `object()`, hashed by address), so a set of sites iterates
+    in another order in every launch: ties broken that way made one kernel's estimate
+    vary by 10% between calls (issue 30)."""
     size: dict[tuple[Any, ...], int] = {}
     count: dict[tuple[Any, ...], int] = {}
     last: dict[tuple[Any, ...], int] = {}
-    rotates: set[tuple[Any, ...]] = set()  # a tile begins after an earlier one died
+    #: sites where a tile begins after an earlier one died, in that order (a dict, never a
+    #: set: its order is the tie-break below)
+    rotates: dict[tuple[Any, ...], None] = {}
     for a in allocs:
         if a.uses:
             site = a.site
             size[site] = max(size.get(site, 0), a.nbytes)
             count[site] = count.get(site, 0) + 1
             if last.get(site, a.uses[0]) < a.uses[0]:
-                rotates.add(site)
+                rotates[site] = None
             last[site] = max(last.get(site, -1), a.uses[-1])
     extra_of = {s: (min(buffers, count[s]) - 1) * size[s] for s in rotates}
     out = dict.fromkeys(rotates, buffers)

@@ -305,3 +305,25 @@ def reuse_rows(x, passes=2):
             nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
     nisa.dma_copy(dst=out, src=acc)
     return out
+
+
+@nki.jit
+def six_stages(inp, cols=6144):
+    """Six equal-size tiles per iteration, each at its own line: their second buffers do
+    not all fit SBUF, so the allocator single-buffers some of six tied sites."""
+    res = nl.ndarray(inp.shape, dtype=inp.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(inp.shape[0]):
+        a = nl.ndarray((128, cols), dtype=inp.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=inp[i])
+        b = nl.ndarray((128, cols), dtype=inp.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=b, op=nl.exp, data=a)
+        c = nl.ndarray((128, cols), dtype=inp.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=c, op=nl.exp, data=b)
+        d = nl.ndarray((128, cols), dtype=inp.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=d, data1=c, data2=a, op=nl.add)
+        e = nl.ndarray((128, cols), dtype=inp.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=e, data1=d, data2=b, op=nl.add)
+        f = nl.ndarray((128, cols), dtype=inp.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=f, data1=e, data2=c, op=nl.add)
+        nisa.dma_copy(dst=res[i], src=f)
+    return res
