@@ -7,9 +7,12 @@ channel's positions. Row sums are totalled per group, and broadcast back to the 
 rows, by one matmul against a block-diagonal [R, R] matrix of ones (built once: iota of
 the column's group, transposed on the PE, compared). Then, per tile:
 
-- sum on the Vector Engine, group totals on the PE: -mean per row;
-- `(x - mean)^2` summed by one Scalar Engine `activation` (bias -mean, add-reduction),
-  group totals on the PE: rstd = (var + eps) ** -0.5;
+- statistics, in the form schedule/normstats picks from the cost model's figures: either
+  each row's mean and variance from `bn_stats`/`bn_aggr` (one Vector Engine pass), the
+  group's by Chan's parallel variance (rowstats.emit_group_moments: two one-column
+  matmuls), or the row sum on the Vector Engine, group totals on the PE (-mean per row),
+  then `(x - mean)^2` summed by one Scalar Engine `activation` (bias -mean,
+  add-reduction), group totals on the PE; rstd = (var + eps) ** -0.5;
 - with the affine weights folded into a per-row scale `s = rstd * w` and shift
   `t = b - mean * s`, the output is one Scalar Engine `activation(copy, scale=s, bias=t)`.
 
@@ -18,9 +21,11 @@ Weights and biases are one value per row (channel r % C): a column loaded once.
 
 from __future__ import annotations
 
+from nkibot.lowering.emit import rowstats
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import Op
+from nkibot.lowering.schedule import normstats
 from nkibot.sim.cost.quick import SBUF_BYTES
 
 ROW_BUDGET = SBUF_BYTES * 3 // 4  # bytes per partition: the row, a scratch row and the result row
@@ -61,9 +66,18 @@ def emit_groupnorm(kernel: Kernel, op: Op, x: str, params: list[str], out: Outpu
         body.line(f"{col} = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
         for r in range(0, per, c):
             body.line(f"nisa.dma_copy(dst={col}[{r}:{r + c}, 0:1], src={col}_v)")
-    fn = _emit_rows(kernel, op, hw, inv, eps, cols, out.dtype)
+    form = normstats.choose(row_forms(hw, len(cols)))
+    fn = _emit_rows(kernel, op, hw, inv, eps, cols, out.dtype, cg, form)
     args = ", ".join(["x_v", "out_v", "bd", *cols])
     emit_grid(body, [Axis("r", rows, per)], f"{fn}({args}, {{r0}}, {{rsz}})", "affine_range")
+
+
+def row_forms(hw: int, affine: int) -> dict[str, list[normstats.Step]]:
+    """Each statistics form's instructions for one row tile (schedule/normstats)."""
+    Step, cols = normstats.Step, normstats.column_steps
+    out = [Step("scalar", hw), *cols("vector", 2 + affine), *cols("scalar", 1)]
+    two = [Step("vector", hw), Step("scalar", hw), *cols("vector", 1)]
+    return {"two_pass": two + out, "one_pass": normstats.one_pass_stats(hw) + out}
 
 
 def _columns(body: Block, names: list[tuple[str, str]], c: int, per: int) -> None:
@@ -128,25 +142,29 @@ def emit_batchnorm(kernel: Kernel, op: Op, x: str, params: list[str], out: Outpu
 
 
 def _emit_rows(kernel: Kernel, op: Op, hw: int, inv: float, eps: float, cols: list[str],
-               out_dtype: str) -> str:
+               out_dtype: str, cg: int, form: str) -> str:
     fn = kernel.names.fresh("groupnorm_rows")
     blk = Block(depth=1)
     blk.line(f"xt = nl.ndarray((p, {hw}), dtype=nl.float32, buffer=nl.sbuf)")
     blk.line(f"nisa.dma_copy(dst=xt, src=x_v[nl.ds(r0, p), 0:{hw}])")
-    blk.comment("mean: row sums (Vector Engine), group totals broadcast back (PE)")
-    blk.line("rs = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line("nisa.tensor_reduce(dst=rs, op=nl.add, data=xt, axis=1)")
-    blk.line("tot = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.psum)")
-    blk.line("nisa.nc_matmul(tot, bd[0:p, 0:p], rs)")
-    blk.line("neg_mean = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line(f"nisa.tensor_scalar(dst=neg_mean, data=tot, op0=nl.multiply, operand0={-inv!r})")
-    blk.comment("centred variance: (x - mean)^2 summed by the Scalar Engine, group totals (PE)")
-    blk.line(f"sq = nl.ndarray((p, {hw}), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line("ss = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line("nisa.activation(dst=sq, op=nl.square, data=xt, bias=neg_mean, reduce_op=nl.add, "
-             "reduce_res=ss)")
-    blk.line("var = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.psum)")
-    blk.line("nisa.nc_matmul(var, bd[0:p, 0:p], ss)")
+    if form == "two_pass":
+        blk.comment("mean: row sums (Vector Engine), group totals broadcast back (PE)")
+        blk.line("rs = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.tensor_reduce(dst=rs, op=nl.add, data=xt, axis=1)")
+        blk.line("tot = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.psum)")
+        blk.line("nisa.nc_matmul(tot, bd[0:p, 0:p], rs)")
+        blk.line("neg_mean = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line(f"nisa.tensor_scalar(dst=neg_mean, data=tot, op0=nl.multiply, operand0={-inv!r})")
+        blk.comment("centred variance: (x - mean)^2 summed by the Scalar Engine, group totals (PE)")
+        blk.line(f"sq = nl.ndarray((p, {hw}), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("ss = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.activation(dst=sq, op=nl.square, data=xt, bias=neg_mean, reduce_op=nl.add, "
+                 "reduce_res=ss)")
+        blk.line("var = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.psum)")
+        blk.line("nisa.nc_matmul(var, bd[0:p, 0:p], ss)")
+    else:
+        rowstats.emit_group_moments(blk, "xt", "p", hw, "bd", cg)
+        inv = 1.0 / cg
     blk.line("scale = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
     blk.line(f"nisa.tensor_scalar(dst=scale, data=var, op0=nl.multiply, operand0={inv!r}, "
              f"op1=nl.add, operand1={eps!r})")

@@ -3,19 +3,23 @@
 Each normalised block (a LayerNorm's trailing dims, or one group's channels x positions)
 is held in SBUF as an [A, B] tile over A <= 128 partitions. Per-partition sums are totalled
 across the partitions by one matmul against an [A, A] block of ones, which also broadcasts
-the total back to every partition: the mean first, then the centred variance (two passes
-over the resident tile, so no E[x^2] - mean^2 cancellation). The affine weight is a full
-[A, B] tile for LayerNorm (loaded once) and one value per partition (channel) for GroupNorm.
+the total back to every partition. Statistics (schedule/normstats picks by the cost model's
+figures): two passes over the resident tile (the mean, then the centred variance), or one
+(`bn_stats`/`bn_aggr` per partition, combined by Chan's parallel variance); neither has
+E[x^2] - mean^2 cancellation. The affine weight is a full [A, B] tile for LayerNorm (loaded
+once) and one value per partition (channel) for GroupNorm, folded into the output's scale
+and shift.
 """
 
 from __future__ import annotations
 
 import math
 
-from nkibot.lowering.emit import groupnorm
+from nkibot.lowering.emit import groupnorm, rowstats
 from nkibot.lowering.emit.builder import PMAX, Block, nl_dtype
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import Op, Ref
+from nkibot.lowering.schedule import normstats
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
 from nkibot.sim.cost.quick import SBUF_BYTES
 
@@ -95,37 +99,75 @@ def emit_blocknorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
     body.line(f"    {fn}({args}, o)")
 
 
+def block_forms(b: int, group: bool, affine: int) -> dict[str, list[normstats.Step]]:
+    """Each statistics form's instructions for one [A, B] block (schedule/normstats)."""
+    Step, cols = normstats.Step, normstats.column_steps
+    if not group and affine:  # LayerNorm's [A, B] weights: ((x - mean) * w) * rstd (+ b)
+        out = [Step("vector", b, 2), Step("vector", b, 2 if affine == 2 else 1)]
+        folded = out
+    else:  # x * rstd - mean * rstd, then GroupNorm's per-channel weights: one pass each
+        out = [Step("scalar", b), *cols("vector", 2), *cols("scalar", 1)]
+        out += [Step("vector", b)] * affine
+        # one pass: the weights fold into the scale and shift columns
+        folded = [Step("scalar", b), *cols("vector", 2 + affine), *cols("scalar", 1)]
+    two = [Step("scalar", b), Step("scalar", b), *cols("vector", 1)]
+    return {"two_pass": two + out, "one_pass": normstats.one_pass_stats(b) + folded}
+
+
 def _emit_block(kernel: Kernel, op: Op, a: int, b: int, group: bool, affine: int,
                 out_dtype: str) -> str:
     fn = kernel.names.fresh("norm_block")
     blk = Block(depth=1)
-    eps, inv = float(str(op.attr("eps"))), 1.0 / (a * b)
-    blk.line("xt = nl.load(x_v[o], dtype=nl.float32)")
-    blk.comment("row sums and centred squares ride on Scalar Engine passes (reduce_res); "
-                "the [A, A] ones matmul totals them across partitions")
-    blk.line(f"work = nl.ndarray(({a}, {b}), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line(f"part = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line("nisa.activation(dst=work, op=nl.copy, data=xt, reduce_op=nl.add, reduce_res=part)")
-    blk.line(f"tot = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.psum)")
-    blk.line("nisa.nc_matmul(tot, ones, part)")
-    blk.line(f"neg_mean = nl.multiply(tot, {-inv!r})")
-    blk.line(f"sq_part = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line("nisa.activation(dst=work, op=nl.square, data=xt, bias=neg_mean, reduce_op=nl.add, "
-             "reduce_res=sq_part)")
-    blk.line(f"sq = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.psum)")
-    blk.line("nisa.nc_matmul(sq, ones, sq_part)")
-    blk.line(f"rstd = nl.rsqrt(nl.add(nl.multiply(sq, {inv!r}), {eps!r}))")
-    blk.line(f"y = nl.ndarray(({a}, {b}), dtype=nl.float32, buffer=nl.sbuf)")
+    eps = float(str(op.attr("eps")))
+    form = normstats.choose(block_forms(b, group, affine))
     names = ("w_t", "b_t")[:affine]
-    if group or not names:
+    blk.line("xt = nl.load(x_v[o], dtype=nl.float32)")
+    if form == "one_pass":
+        if names and not group:
+            blk.line(f"work = nl.ndarray(({a}, {b}), dtype=nl.float32, buffer=nl.sbuf)")
+        rowstats.emit_group_moments(blk, "xt", str(a), b, "ones", a)
+        inv = 1.0 / a
+    else:
+        inv = 1.0 / (a * b)
+        blk.comment("row sums and centred squares ride on Scalar Engine passes (reduce_res); "
+                    "the [A, A] ones matmul totals them across partitions")
+        blk.line(f"work = nl.ndarray(({a}, {b}), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line(f"part = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.activation(dst=work, op=nl.copy, data=xt, reduce_op=nl.add, "
+                 "reduce_res=part)")
+        blk.line(f"tot = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.psum)")
+        blk.line("nisa.nc_matmul(tot, ones, part)")
+        blk.line(f"neg_mean = nl.multiply(tot, {-inv!r})")
+        blk.line(f"sq_part = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line("nisa.activation(dst=work, op=nl.square, data=xt, bias=neg_mean, "
+                 "reduce_op=nl.add, reduce_res=sq_part)")
+        blk.line(f"var = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.psum)")
+        blk.line("nisa.nc_matmul(var, ones, sq_part)")
+    blk.line(f"rstd = nl.rsqrt(nl.add(nl.multiply(var, {inv!r}), {eps!r}))")
+    blk.line(f"y = nl.ndarray(({a}, {b}), dtype=nl.float32, buffer=nl.sbuf)")
+    groups = int(str(op.attr("groups"))) if group else 0
+    if group and names and form == "one_pass":
+        for name in names:
+            blk.line(f"{name} = nl.load({name}_v[o % {groups}], dtype=nl.float32)")
+        blk.comment("one affine value per channel (partition) of group o % groups, folded "
+                    "into the scale and shift")
+        blk.line("nisa.tensor_tensor(dst=rstd, data1=rstd, data2=w_t, op=nl.multiply)")
+        blk.comment("y = (x - mean) * s + b = x * s + (b - mean * s): one Scalar Engine pass")
+        blk.line(f"shift = nl.ndarray(({a}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+        if len(names) == 2:
+            blk.line("nisa.scalar_tensor_tensor(dst=shift, data=neg_mean, op0=nl.multiply, "
+                     "operand0=rstd, op1=nl.add, operand1=b_t)")
+        else:
+            blk.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=rstd, op=nl.multiply)")
+        blk.line("nisa.activation(dst=y, op=nl.copy, data=xt, bias=shift, scale=rstd)")
+    elif group or not names:
         blk.comment("y = (x - mean) * rstd = x * rstd + (-mean * rstd): one Scalar Engine pass")
         blk.line("nisa.activation(dst=y, op=nl.copy, data=xt, bias=nl.multiply(neg_mean, rstd), "
                  "scale=rstd)")
-    for name, fold in zip(names if group else (), ("nl.multiply", "nl.add"), strict=False):
-        blk.comment("one affine value per channel (partition) of group o % groups")
-        blk.line(f"{name} = nl.load({name}_v[o % {int(str(op.attr('groups')))}], "
-                 "dtype=nl.float32)")
-        blk.line(f"nisa.tensor_scalar(dst=y, data=y, op0={fold}, operand0={name})")
+        for name, fold in zip(names if group else (), ("nl.multiply", "nl.add"), strict=False):
+            blk.comment("one affine value per channel (partition) of group o % groups")
+            blk.line(f"{name} = nl.load({name}_v[o % {groups}], dtype=nl.float32)")
+            blk.line(f"nisa.tensor_scalar(dst=y, data=y, op0={fold}, operand0={name})")
     if names and not group:
         blk.comment("((x - mean) * w) * rstd + b: two Vector Engine passes")
         blk.line("nisa.scalar_tensor_tensor(dst=work, data=xt, op0=nl.add, operand0=neg_mean, "
@@ -141,5 +183,5 @@ def _emit_block(kernel: Kernel, op: Op, a: int, b: int, group: bool, affine: int
     params = ", ".join(["x_v", "out_v", "ones", *(f"{n}_v" if group else n for n in names)])
     kernel.helpers.append([f"def {fn}({params}, o):",
                            f'    """{op.origin}: normalise block o ([{a}, {b}] resident in '
-                           'SBUF)."""', *blk.lines])
+                           f'SBUF; statistics: {form.replace("_", " ")})."""', *blk.lines])
     return fn

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from nkibot.lowering.emit.builder import Block, Names
 from nkibot.lowering.frontend.ir import Op, Ref
+from nkibot.lowering.schedule import normstats
 from nkibot.lowering.schedule.layout import FULL, ROW, Placement, Resolved
 from nkibot.sim.cost import quick
 
@@ -43,7 +44,7 @@ class TileEmitter(Protocol):
 
     def origin_comment(self, op: Op) -> None: ...
 
-BN_STATS_FMAX = 512  # nl.tile_size.bn_stats_fmax
+BN_STATS_FMAX = normstats.BN_STATS_FMAX  # nl.tile_size.bn_stats_fmax
 
 
 @dataclass(frozen=True)
@@ -183,3 +184,45 @@ def _op(em: TileEmitter, name: str) -> Op | None:
 def _users(em: TileEmitter, name: str) -> list[Op]:
     return [o for o in em.res.ops
             if any(isinstance(a, Ref) and em.res.target(a.name) == name for a in o.args)]
+
+
+def emit_group_moments(blk: Block, data: str, p: str, width: int, matrix: str,
+                       rows: int) -> None:
+    """Lines leaving `neg_mean` (SBUF) and `var` (PSUM), [p, 1] each: the mean and variance
+    of every group of `rows` partitions of `data` ([p, width], equal counts a partition),
+    broadcast back to the group's partitions.
+
+    Each partition's mean and variance come from `bn_stats` per BN_STATS_FMAX chunk and one
+    `bn_aggr` (one Vector Engine pass over the tile). They are combined across partitions
+    on the PE by `matrix` ([p, p], 1 where two partitions share a group, so a matmul sums
+    each group and broadcasts the sum back) by the parallel variance (Chan et al.): the
+    group variance is the mean of the partitions' variances plus the mean of (partition
+    mean - group mean)^2, so `var` here is `rows` times it (the caller scales by 1/rows).
+    Two matmuls of one column each. E[x^2] - mean^2 from one matmul over [mean, var +
+    mean^2] columns was measured and dropped: on rand() + 100 inputs (KernelBench 35's
+    rows, the verifier's offset trial) it was off by 1.9e-2 of the output's RMS (Chan:
+    6.8e-5; the trial's tolerance is about 1e-3).
+    """
+    chunks = -(-width // BN_STATS_FMAX)
+    inv = 1.0 / rows
+    blk.comment(f"mean and variance of each partition in one Vector Engine pass (bn_stats per "
+                f"{BN_STATS_FMAX}-element chunk, then bn_aggr)")
+    blk.line(f"stats = nl.ndarray(({p}, {chunks}, 6), dtype=nl.float32, buffer=nl.sbuf)")
+    for j in range(chunks):
+        lo, hi = j * BN_STATS_FMAX, min(width, (j + 1) * BN_STATS_FMAX)
+        blk.line(f"nisa.bn_stats(dst=stats[0:{p}, {j}, 0:6], data={data}[0:{p}, {lo}:{hi}])")
+    blk.line(f"mv = nl.ndarray(({p}, 2), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line("nisa.bn_aggr(dst=mv, data=stats)")
+    blk.comment("group mean: the partitions' means summed on the PE")
+    blk.line(f"gm = nl.ndarray(({p}, 1), dtype=nl.float32, buffer=nl.psum)")
+    blk.line(f"nisa.nc_matmul(gm, {matrix}[0:{p}, 0:{p}], mv[0:{p}, 0:1])")
+    blk.line(f"neg_mean = nl.ndarray(({p}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.tensor_scalar(dst=neg_mean, data=gm, op0=nl.multiply, operand0={-inv!r})")
+    blk.comment("group variance (Chan et al.): each partition's variance plus its mean's squared "
+                "deviation, summed on the PE")
+    blk.line(f"dev = nl.ndarray(({p}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.tensor_scalar(dst=dev, data=mv[0:{p}, 0:1], op0=nl.add, operand0=neg_mean)")
+    blk.line(f"nisa.scalar_tensor_tensor(dst=dev, data=dev, op0=nl.multiply, operand0=dev, "
+             f"op1=nl.add, operand1=mv[0:{p}, 1:2])")
+    blk.line(f"var = nl.ndarray(({p}, 1), dtype=nl.float32, buffer=nl.psum)")
+    blk.line(f"nisa.nc_matmul(var, {matrix}[0:{p}, 0:{p}], dev)")
