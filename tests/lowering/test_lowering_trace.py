@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from nkibot.lowering import Declined, lower_task
 from nkibot.lowering.frontend.trace import trace_graph
@@ -71,6 +75,40 @@ class TestDeclines:
         for op, call in (("erfinv", "torch.erfinv"), ("lgamma", "torch.lgamma"),
                          ("digamma", "torch.digamma")):
             assert f"aten.{op}.default ({call} at {task.source_path}:7: {code})" in result.reason
+
+    def test_a_module_traced_at_its_shapes_names_the_line_too(self) -> None:
+        """A forward that loops over `x.shape` fails torch.fx's symbolic trace; the trace
+        at the input shapes still records each node's line in the user's file."""
+        source = (UNSUPPORTED_CHAIN.split("class Model")[0] + "class Model(nn.Module):\n"
+                  "    def forward(self, x):\n"
+                  "        for _ in range(x.shape[0]):\n"
+                  "            x = x + 1\n"
+                  "        return torch.erfinv(x)\n")
+        task = make_task(source, [(2, 8)])
+        result = lower_task(task)
+        assert isinstance(result, Declined)
+        line = source.splitlines().index("        return torch.erfinv(x)") + 1
+        assert (f"aten.erfinv.default (torch.erfinv at {task.source_path}:{line}: "
+                "`return torch.erfinv(x)`)") in result.reason
+
+    def test_recording_lines_imports_no_export_or_inductor(self) -> None:
+        """torch.fx's own stack recording imports torch.export and parts of inductor to
+        learn which frames to leave out; the lowering's recording (`user_stack`) reads
+        frames only. A fresh interpreter that lowers an RMSNorm does not load them."""
+        code = ("import json, sys\nfrom nkibot.lowering import lower_task\n"
+                "from tests.lowering.lowering_support import make_task, module_source\n"
+                "src = module_source('x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)')\n"
+                "result = lower_task(make_task(src, [(8, 64)]))\n"
+                "print(type(result).__name__, json.dumps(sorted(sys.modules)))\n")
+        root = Path(__file__).resolve().parents[2]
+        proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                              text=True, timeout=300, check=False,
+                              env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        kind, modules = proc.stdout.strip().splitlines()[-1].split(" ", 1)
+        assert kind == "Lowered"
+        assert [m for m in json.loads(modules) if m.startswith(
+            ("torch.export._trace", "torch._inductor.sizevars"))] == []
 
     def test_normalisation_is_named_as_the_user_wrote_it(self) -> None:
         """BatchNorm, not 'a block normalisation'."""

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nkibot.verify.children.flops import FlopCount
 from nkibot.verify.children.stress import transform
 from nkibot.verify.protocol import LOW_PRECISION, NUMPY_DTYPES, save_array
 
@@ -233,11 +234,9 @@ def _one_trial(request: dict[str, Any], t: int, seed: int, label: str,
     started = time.process_time()
     flops = None
     if t == 0:  # the operator's FLOPs, for the cost model's roofline (one count suffices)
-        from torch.utils.flop_counter import FlopCounterMode
-
-        with FlopCounterMode(display=False) as counter:
+        with FlopCount() as counter:  # torch's own formulas, without importing Dynamo
             outputs = _run(model, inputs, fp32=True)
-        flops = int(counter.get_total_flops())
+        flops = counter.total
     else:
         outputs = _run(model, inputs, fp32=True)
     fp32_s = time.process_time() - started
