@@ -125,20 +125,140 @@ def emit_batchnorm(kernel: Kernel, op: Op, x: str, params: list[str], out: Outpu
                   "operand0=scale, op1=nl.add, operand1=b_col)")
     else:
         body.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
+    fn = _normalise_rows(kernel, op, hw, out.dtype)
+    emit_grid(body, [Axis("r", rows, per)], f"{fn}(x_v, out_v, scale, shift, {{r0}}, {{rsz}})",
+              "affine_range")
+
+
+TRIPLES_BUDGET = SBUF_BYTES // 8  # bytes per partition: each row tile's (count, mean, M2)
+RESIDENT_BUDGET = SBUF_BYTES * 7 // 8  # a resident input, two output rows and the triples
+
+
+def batch_tiles(n: int, c: int) -> tuple[int, int]:
+    """(rows a tile, tiles) for batch statistics: whole batch elements, every tile full (so
+    every partition of a channel sees the same count)."""
+    k = max(d for d in range(1, max(1, PMAX // c) + 1) if n % d == 0)
+    return k * c, n // k
+
+
+def fits_batch_stats(n: int, c: int, positions: int) -> bool:
+    return fits(c, 1, positions) and batch_tiles(n, c)[1] * 12 <= TRIPLES_BUDGET
+
+
+def emit_batchnorm_train(kernel: Kernel, op: Op, x: str, params: list[str],
+                         out: Output) -> None:
+    """BatchNorm with batch statistics (training form): mean and variance per channel over
+    N, H, W, then out = x * s + t as in eval mode.
+
+    Rows (batch x channels) on the partitions as in eval mode, every tile the same whole
+    batch elements, so row r of every tile is channel r % C. Pass 1, per tile: each row's
+    mean and variance from bn_stats/bn_aggr (one Vector Engine pass), kept as a (count,
+    mean, M2) triple in a [R, tiles, 3] SBUF tile; one bn_aggr over it gives each
+    partition's statistics over all tiles, and Chan's combination over the partitions of
+    a channel (a matmul against the [R, R] same-channel indicator) the channel's. Pass 2
+    reloads each tile for one Scalar Engine `activation(copy, scale, bias)`.
+    """
+    shape = op.shape
+    n, c = shape[0], shape[1]
+    hw = 1
+    for d in shape[2:]:
+        hw *= d
+    per, tiles = batch_tiles(n, c)
+    rows, k = n * c, per // c
+    eps = float(str(op.attr("eps")))
+    body = kernel.body
+    body.comment(f"{op.origin}: BatchNorm (batch statistics), batch x channels on the "
+                 f"partitions ({per} rows a tile, {tiles} tiles)")
+    body.line(f"x_v = {x}.reshape(({rows}, {hw}))")
+    body.line(f"out_v = {out.var}.reshape(({rows}, {hw}))")
+    body.comment(f"same-channel indicator: sc[p, q] = 1 when p % {c} == q % {c} (iota, "
+                 "transposed on the PE, compared)")
+    body.line(f"gq = nl.ndarray(({per}, {per}), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line(f"nisa.iota(gq, [[0, {k}], [1, {c}]])")
+    body.line(f"gp_ps = nl.ndarray(({per}, {per}), dtype=nl.float32, buffer=nl.psum)")
+    body.line("nisa.nc_transpose(gp_ps, gq)")
+    body.line(f"sc = nl.ndarray(({per}, {per}), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line("nisa.tensor_tensor(dst=sc, data1=gp_ps, data2=gq, op=nl.equal)")
+    if params:
+        body.comment("per-row columns (channel r % C), loaded once")
+        _columns(body, list(zip(("w_col", "b_col"), params, strict=False)), c, per)
+    body.comment(f"pass 1: each tile's rows as (count, mean, M2) triples; counts are {hw}")
+    body.line(f"trip = nl.ndarray(({per}, {tiles}, 3), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line(f"nisa.memset(dst=trip, value={float(hw)!r})")
+    resident = (tiles + 2) * hw * 4 + tiles * 12 <= RESIDENT_BUDGET
+    if resident:
+        body.comment(f"the whole input stays in SBUF ({tiles * hw * 4} bytes a partition): "
+                     "read once")
+        body.line(f"xs = nl.ndarray(({per}, {tiles}, {hw}), dtype=nl.float32, buffer=nl.sbuf)")
+    stats_fn = kernel.names.fresh("batchnorm_stats")
+    blk = Block(depth=1)
+    tile = f"xs[0:{per}, t, 0:{hw}]" if resident else "xt"
+    if not resident:
+        blk.line(f"xt = nl.ndarray(({per}, {hw}), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.dma_copy(dst={tile}, src=x_v[nl.ds(t * {per}, {per}), 0:{hw}])")
+    blk.line(f"xv = {tile}")
+    rowstats.emit_row_moments(blk, "xv", str(per), hw)
+    blk.line(f"nisa.tensor_copy(dst=trip[0:{per}, t, 1:2], src=mv[0:{per}, 0:1])")
+    blk.line(f"nisa.tensor_scalar(dst=trip[0:{per}, t, 2:3], data=mv[0:{per}, 1:2], "
+             f"op0=nl.multiply, operand0={float(hw)!r})")
+    src = "xs" if resident else "x_v"
+    kernel.helpers.append([f"def {stats_fn}({src}, x_v, trip, t):" if resident else
+                           f"def {stats_fn}(x_v, trip, t):",
+                           f'    """{op.origin}: row tile t\'s statistics into trip[:, t]."""',
+                           *blk.lines])
+    body.line(f"for t in nl.affine_range({tiles}):")
+    body.line(f"    {stats_fn}({'xs, ' if resident else ''}x_v, trip, t)")
+    body.comment("each partition over every tile (bn_aggr), then each channel over its "
+                 f"{k} partitions (Chan's combination on the PE)")
+    body.line(f"mv_all = nl.ndarray(({per}, 2), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line("nisa.bn_aggr(dst=mv_all, data=trip)")
+    rowstats.emit_combine(body, "mv_all", str(per), "sc", k)
+    body.comment("scale = weight / sqrt(var + eps), shift = bias - mean * scale")
+    body.line(f"scale = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line(f"nisa.tensor_scalar(dst=scale, data=var, op0=nl.multiply, operand0={1.0 / k!r}, "
+              f"op1=nl.add, operand1={eps!r})")
+    body.line("nisa.activation(dst=scale, op=nl.rsqrt, data=scale)")
+    if params:
+        body.line("nisa.tensor_tensor(dst=scale, data1=scale, data2=w_col, op=nl.multiply)")
+    body.line(f"shift = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    if len(params) > 1:
+        body.line("nisa.scalar_tensor_tensor(dst=shift, data=neg_mean, op0=nl.multiply, "
+                  "operand0=scale, op1=nl.add, operand1=b_col)")
+    else:
+        body.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
+    body.comment("pass 2: out = x * scale + shift, one Scalar Engine pass a tile")
+    if not resident:
+        fn = _normalise_rows(kernel, op, hw, out.dtype)
+        emit_grid(body, [Axis("r", rows, per)],
+                  f"{fn}(x_v, out_v, scale, shift, {{r0}}, {{rsz}})", "affine_range")
+        return
+    fn = kernel.names.fresh("batchnorm_rows")
+    blk = Block(depth=1)
+    blk.line(f"y = nl.ndarray(({per}, {hw}), dtype={nl_dtype(out.dtype)}, buffer=nl.sbuf)")
+    blk.line(f"nisa.activation(dst=y, op=nl.copy, data=xs[0:{per}, t, 0:{hw}], scale=scale, "
+             "bias=shift)")
+    blk.line(f"nisa.dma_copy(dst=out_v[nl.ds(t * {per}, {per}), 0:{hw}], src=y)")
+    kernel.helpers.append([f"def {fn}(xs, out_v, scale, shift, t):",
+                           f'    """{op.origin}: resident row tile t."""', *blk.lines])
+    body.line(f"for t in nl.affine_range({tiles}):")
+    body.line(f"    {fn}(xs, out_v, scale, shift, t)")
+
+
+def _normalise_rows(kernel: Kernel, op: Op, hw: int, out_dtype: str) -> str:
+    """A helper `fn(x_v, out_v, scale, shift, r0, p)`: rows r0..r0+p as x * scale + shift."""
     fn = kernel.names.fresh("batchnorm_rows")
     blk = Block(depth=1)
     blk.line(f"xt = nl.ndarray((p, {hw}), dtype=nl.float32, buffer=nl.sbuf)")
     blk.line(f"nisa.dma_copy(dst=xt, src=x_v[nl.ds(r0, p), 0:{hw}])")
     blk.comment("out = x * scale + shift, on the Scalar Engine")
-    blk.line(f"y = nl.ndarray((p, {hw}), dtype={nl_dtype(out.dtype)}, buffer=nl.sbuf)")
+    blk.line(f"y = nl.ndarray((p, {hw}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
     blk.line("nisa.activation(dst=y, op=nl.copy, data=xt, scale=scale[0:p, 0:1], "
              "bias=shift[0:p, 0:1])")
     blk.line(f"nisa.dma_copy(dst=out_v[nl.ds(r0, p), 0:{hw}], src=y)")
     kernel.helpers.append([f"def {fn}(x_v, out_v, scale, shift, r0, p):",
                            f'    """{op.origin}: rows r0..r0+p, whole batch elements."""',
                            *blk.lines])
-    emit_grid(body, [Axis("r", rows, per)], f"{fn}(x_v, out_v, scale, shift, {{r0}}, {{rsz}})",
-              "affine_range")
+    return fn
 
 
 def _emit_rows(kernel: Kernel, op: Op, hw: int, inv: float, eps: float, cols: list[str],

@@ -33,7 +33,8 @@ def _leaf(res: Resolved, arg: object) -> str:
 
 
 #: The PyTorch module each kind of block normalisation comes from (the user's words).
-NORM_NAMES = {"batch": "BatchNorm", "group": "GroupNorm", "layer": "LayerNorm"}
+NORM_NAMES = {"batch": "BatchNorm", "batch_train": "BatchNorm", "group": "GroupNorm",
+              "layer": "LayerNorm"}
 
 
 def norm_name(ops: list[Op]) -> str:
@@ -60,6 +61,10 @@ def emit_blocknorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
     if op.attr("kind") == "batch":
         groupnorm.emit_batchnorm(kernel, op, x, [_leaf(res, arg) for arg in op.args[1:]],
                                  outputs[0])
+        return
+    if op.attr("kind") == "batch_train":
+        groupnorm.emit_batchnorm_train(kernel, op, x, [_leaf(res, arg) for arg in op.args[1:]],
+                                       outputs[0])
         return
     shape = op.shape
     group = op.attr("kind") == "group"

@@ -203,8 +203,13 @@ def emit_group_moments(blk: Block, data: str, p: str, width: int, matrix: str,
     rows, the verifier's offset trial) it was off by 1.9e-2 of the output's RMS (Chan:
     6.8e-5; the trial's tolerance is about 1e-3).
     """
+    emit_row_moments(blk, data, p, width)
+    emit_combine(blk, "mv", p, matrix, rows)
+
+
+def emit_row_moments(blk: Block, data: str, p: str, width: int) -> None:
+    """Lines leaving `mv` ([p, 2]): each partition's mean and variance of `data`."""
     chunks = -(-width // BN_STATS_FMAX)
-    inv = 1.0 / rows
     blk.comment(f"mean and variance of each partition in one Vector Engine pass (bn_stats per "
                 f"{BN_STATS_FMAX}-element chunk, then bn_aggr)")
     blk.line(f"stats = nl.ndarray(({p}, {chunks}, 6), dtype=nl.float32, buffer=nl.sbuf)")
@@ -213,16 +218,23 @@ def emit_group_moments(blk: Block, data: str, p: str, width: int, matrix: str,
         blk.line(f"nisa.bn_stats(dst=stats[0:{p}, {j}, 0:6], data={data}[0:{p}, {lo}:{hi}])")
     blk.line(f"mv = nl.ndarray(({p}, 2), dtype=nl.float32, buffer=nl.sbuf)")
     blk.line("nisa.bn_aggr(dst=mv, data=stats)")
+
+
+def emit_combine(blk: Block, mv: str, p: str, matrix: str, rows: int) -> None:
+    """Lines leaving `neg_mean` and `var` (`rows` times the group variance) from `mv`
+    ([p, 2]: each partition's mean and variance over equal counts), combined over each
+    group of `rows` partitions by `matrix` (Chan et al., as emit_group_moments says)."""
+    inv = 1.0 / rows
     blk.comment("group mean: the partitions' means summed on the PE")
     blk.line(f"gm = nl.ndarray(({p}, 1), dtype=nl.float32, buffer=nl.psum)")
-    blk.line(f"nisa.nc_matmul(gm, {matrix}[0:{p}, 0:{p}], mv[0:{p}, 0:1])")
+    blk.line(f"nisa.nc_matmul(gm, {matrix}[0:{p}, 0:{p}], {mv}[0:{p}, 0:1])")
     blk.line(f"neg_mean = nl.ndarray(({p}, 1), dtype=nl.float32, buffer=nl.sbuf)")
     blk.line(f"nisa.tensor_scalar(dst=neg_mean, data=gm, op0=nl.multiply, operand0={-inv!r})")
     blk.comment("group variance (Chan et al.): each partition's variance plus its mean's squared "
                 "deviation, summed on the PE")
     blk.line(f"dev = nl.ndarray(({p}, 1), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line(f"nisa.tensor_scalar(dst=dev, data=mv[0:{p}, 0:1], op0=nl.add, operand0=neg_mean)")
+    blk.line(f"nisa.tensor_scalar(dst=dev, data={mv}[0:{p}, 0:1], op0=nl.add, operand0=neg_mean)")
     blk.line(f"nisa.scalar_tensor_tensor(dst=dev, data=dev, op0=nl.multiply, operand0=dev, "
-             f"op1=nl.add, operand1=mv[0:{p}, 1:2])")
+             f"op1=nl.add, operand1={mv}[0:{p}, 1:2])")
     blk.line(f"var = nl.ndarray(({p}, 1), dtype=nl.float32, buffer=nl.psum)")
     blk.line(f"nisa.nc_matmul(var, {matrix}[0:{p}, 0:{p}], dev)")

@@ -128,7 +128,7 @@ def _channel_view(s: Sink, x: Arg) -> tuple[int, ...]:
 def _batch_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     x = tensor(a[0])
     if get(a, k, 5, "training", False):
-        raise Unsupported("aten.batch_norm.training", "batch statistics in training mode")
+        return _batch_norm_train(s, x, a, k)
     mean, var = tensor(get(a, k, 1, "running_mean")), tensor(get(a, k, 2, "running_var"))
     eps = float(get(a, k, 7, "eps", 1e-5))  # type: ignore[arg-type]
     weight, bias = get(a, k, 3, "weight"), get(a, k, 4, "bias")
@@ -144,6 +144,23 @@ def _batch_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     inv = s.emit("rsqrt", s.add(s.emit("view", var, shape=view), eps))
     y = s.mul(s.sub(x, mean_v), inv, last=weight is None and bias is None)
     return _affine(s, y, weight, bias, view)
+
+
+def _batch_norm_train(s: Sink, x: Arg, a: list[object], k: dict[str, object]) -> object:
+    """Batch statistics (training form): one blocknorm, rows (batch x channels) on the
+    partitions; the running statistics' update is not an output, so it is not computed."""
+    eps = float(get(a, k, 7, "eps", 1e-5))  # type: ignore[arg-type]
+    weight, bias = get(a, k, 3, "weight"), get(a, k, 4, "bias")
+    shape = s.shape(x)
+    if len(shape) < 3 or (weight is None) != (bias is None) or not groupnorm.fits_batch_stats(
+            shape[0], shape[1], math.prod(shape[2:])):
+        raise Unsupported("aten.batch_norm.training",
+                          "batch statistics in training mode over more than 128 channels, "
+                          "rows over the SBUF budget, or a weight without a bias (call "
+                          "model.eval() to use the running statistics)")
+    params = [tensor(p) for p in (weight, bias) if p is not None]
+    return s.emit("blocknorm", x, *params, shape=shape, last=True, kind="batch_train",
+                  eps=eps)
 
 
 @register("instance_norm")
