@@ -240,3 +240,50 @@ class TestBatchNormTraining:
                            target="trn1")
             times.append(rep.makespan_us)
         assert times[0] < times[1] * 1.10, times
+
+
+class TestGroupNormWrittenOut:
+    """GroupNorm whose groups are short (after a Linear: [16, 1] blocks) is written out:
+    one row a group on the partitions with bn_stats, the weights a stage of their own."""
+
+    @pytest.mark.parametrize(("ctor", "shape"), [
+        ("nn.GroupNorm(512, 8192)", (64, 8192)),  # KernelBench level 2 62's GroupNorm
+        ("nn.GroupNorm(32, 256)", (5, 256, 8, 8)),
+    ])
+    @pytest.mark.parametrize("offset", [0.0, 100.0])
+    def test_matches_torch(self, ctor: str, shape: tuple[int, ...], offset: float) -> None:
+        source, err = _offset_error(ctor, shape, offset)
+        assert "norm_block" not in source and "nisa.bn_stats(" in source
+        assert err < 5e-4, err
+
+    def test_chosen_by_the_model(self) -> None:
+        """Written out where the blocks are tiny, blocks where they fill the partitions;
+        the chooser's pick is the modelled faster one (GroupNorm(8, 256) on 5 x 256 x 16:
+        blocks 41.45 us, written out 15.94; GroupNorm(2, 130) on 2 x 130 x 50: blocks
+        6.35, written out 14.82; model estimate trn1)."""
+        from nkibot.lowering.frontend.composite import written_out
+
+        assert written_out((64, 8192), 512, 2) and written_out((5, 256, 16), 8, 2)
+        assert not written_out((2, 130, 50), 2, 2)
+        assert not written_out((4, 32, 64, 32), 8, 2)  # groupnorm.py's rows take it
+
+    def test_model_estimate_far_below_the_blocks(self, monkeypatch) -> None:
+        import types
+
+        from nkibot.lowering.frontend import composite
+        from nkibot.sim import activate
+        from nkibot.sim.cost import estimate
+
+        shape = (5, 256, 16)
+        src = module_source("self.norm(x)", init="        self.norm = nn.GroupNorm(8, 256)")
+        times = []
+        for force in (True, False):
+            monkeypatch.setattr(composite, "written_out", lambda *a, f=force: f)
+            lowered = lower_ok(make_task(src, [shape]))
+            module = types.ModuleType("lowered")
+            with activate(force=True, target="trn1"):
+                exec(compile(lowered.source, "lowered.py", "exec"), module.__dict__)
+            times.append(estimate(module.__dict__[lowered.function], (shape, "float32"),
+                                  ((256,), "float32"), ((256,), "float32"),
+                                  target="trn1").makespan_us)
+        assert times[0] < times[1] / 2, times

@@ -62,3 +62,18 @@ def choose(forms: dict[str, list[Step]], target: str = "trn1") -> str:
         per = busy(forms[name], target)
         return (max(per.values(), default=0.0), sum(per.values()))
     return min(sorted(forms), key=key)
+
+
+def blocks_ns(blocks: int, steps: list[Step], target: str = "trn1") -> float:
+    """Modelled ns of `blocks` normalised blocks, one at a time on the busiest engine."""
+    return blocks * max(busy(steps, target).values(), default=0.0)
+
+
+def rows_ns(rows: int, length: int, affine: int, target: str = "trn1") -> float:
+    """Modelled ns of the written-out normalisation over `rows` rows of `length` (rows on
+    the partitions, 128 a tile): bn_stats/bn_aggr, the normalising activation, and the
+    affine weights as one Vector Engine pass each (a stage of their own)."""
+    tiles = -(-rows // 128)
+    steps = [*one_pass_stats(length), Step("scalar", length), *column_steps("vector", 2)]
+    steps += [Step("vector", length, 2)] * affine
+    return tiles * max(busy(steps, target).values(), default=0.0)
