@@ -170,7 +170,7 @@ def estimate_only(path: Path, root: Path, entry: str, max_elements: int | None,
 
     from nkibot.sim import activate
     from nkibot.sim.cost import estimate
-    from nkibot.sim.cost.report import operator_roofline
+    from nkibot.sim.cost.quick import operator_roofline
 
     outcome, kernel = _lower(path, root, entry, max_elements)
     if kernel is None:

@@ -160,7 +160,7 @@ async def _run(task: Task, name: str, kb: KernelBackend, router: Router, started
                                  optimize_turns=optimize_turns)
     profile = await _profile(kb, task, outcome, stage)
     if isinstance(profile, ProfileResult) and profile.model and reference.flops is not None:
-        from nkibot.sim.cost.report import operator_roofline  # the simulator loads lazily
+        from nkibot.sim.cost.quick import operator_roofline  # closed form: no simulator
 
         profile.model = operator_roofline(profile.model, reference.flops,
                                           reference.low_precision)

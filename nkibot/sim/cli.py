@@ -12,7 +12,6 @@ import typer
 
 from nkibot.sim import targets
 from nkibot.sim.errors import SimError
-from nkibot.sim.runtime import activate, simulate, stats
 
 app = typer.Typer(help="Run NKI kernels on the CPU simulator.", no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False)
@@ -54,6 +53,9 @@ def run(
                          "trn3, as the official simulator)")] = None,
 ) -> None:
     """Run KERNEL.py::function on .npy inputs and save its result(s)."""
+    # The simulator (NumPy, ml_dtypes, nki) loads when a command runs, not with `nkibot`.
+    from nkibot.sim.runtime import activate, stats
+
     arrays = [np.load(p) for p in [*(inputs or []), *(more_inputs or [])]]
     try:
         chosen = None if target is None else targets.resolve(target)
@@ -68,6 +70,8 @@ def run(
 
 
 def _run(kernel: str, arrays: list[Any], lnc: int) -> Any:
+    from nkibot.sim.runtime import simulate
+
     try:
         fn = _load_kernel(kernel)
     except (ImportError, SyntaxError, AttributeError, SimError) as err:

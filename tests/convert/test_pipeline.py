@@ -200,3 +200,28 @@ def test_options_are_one_frozen_value() -> None:
     assert list(inspect.signature(convert).parameters) == ["task", "settings", "options"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         ConvertOptions().model = "claude"  # type: ignore[misc]
+
+
+async def test_the_reference_runs_once_for_all_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One reference per conversion (issue 28, item 5): the first turn and every optimize
+    turn (the lowering's other matmul tilings, each verified against the same trials)
+    reuse the outputs the reference child computed once."""
+    from nkibot.verify import reference as reference_module
+    from tests.convert.agent.test_optimize_lowering import MATMUL, SHAPES
+    from tests.lowering.lowering_support import make_task
+
+    real, runs = reference_module.compute_reference, []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        runs.append(args[0])
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reference_module, "compute_reference", counted)
+    stages: list[str] = []
+    result = await convert(make_task(MATMUL, SHAPES), settings=_settings(),
+                           options=ConvertOptions(model="lowering", backend="sim",
+                                                  optimize_turns=3, on_stage=stages.append))
+    assert result.status == "verified", result.reasons
+    assert len(result.optimize_chain) >= 2  # the first kernel and at least one variant
+    assert result.optimize_chain[0].verified  # the first kernel, against that reference
+    assert len(runs) == 1 and stages.count("reference") == 1

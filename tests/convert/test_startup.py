@@ -1,4 +1,6 @@
-"""A local `nkibot convert` loads only what it uses: no AWS SDK, no GitHub client, no service.
+"""A local `nkibot convert` loads only what it uses: no AWS SDK, no GitHub client, no service,
+no torch (the user's module runs in sandboxed children only), no ml_dtypes, no
+libcst.matchers.
 
 The conversion runs for real, as a subprocess (`--model auto` with no credentials: the
 lowering alone, which declines this module before any reference runs), and the process
@@ -23,11 +25,15 @@ RUN = ("import json, sys\nfrom nkibot.cli import main\ntry:\n    main()\nexcept 
        "    pass\nprint('MODULES ' + json.dumps(sorted(sys.modules)))\n")
 #: Top-level packages a local convert never uses, and the service's own modules.
 NOT_LOADED = ("boto3", "botocore", "githubkit", "fastapi", "starlette", "uvicorn", "anthropic",
-              "mcp", "moto")
+              "mcp", "moto", "torch", "sympy",
+              # 0.45 s of CPU; only kernels (children) and bf16/fp8 arrays need it
+              "ml_dtypes")
 SERVICE = ("nkibot.bot.app", "nkibot.bot.dispatcher", "nkibot.handlers", "nkibot.jobs.factory",
            "nkibot.jobs.queue", "nkibot.jobs.sqlite", "nkibot.jobs.sqs", "nkibot.jobs.state",
            "nkibot.runner.worker", "nkibot.mcp.server", "nkibot.github.client",
-           "nkibot.github.gateway")
+           "nkibot.github.gateway",
+           # libcst's matchers (0.17 s of CPU): discovery walks the tree with a visitor
+           "libcst.matchers")
 
 
 def test_a_local_convert_imports_no_sdk_client_or_service_module(tmp_path: Path) -> None:

@@ -55,15 +55,16 @@ def _reference_request(tmp_path: Path) -> dict[str, object]:
 
 def test_the_reference_child_counts_flops_without_importing_dynamo(tmp_path: Path) -> None:
     """The FLOP count (trial 0) is torch's formula's, and TorchDynamo (with sympy and
-    inductor: 1-1.5 s of CPU per reference child) is never imported for it."""
+    inductor: 1-1.5 s of CPU per reference child) is never imported for it; nor is
+    ml_dtypes for a float32 module."""
     out = json.loads(_run(REFERENCE, json.dumps(_reference_request(tmp_path)), cwd=tmp_path))
     assert out["reply"]["ok"], out["reply"]
     assert out["reply"]["trials"][0]["flops"] == 2 * 8 * 64 * 32
     assert "torch" in out["modules"]  # it did run the module
     loaded = [m for m in out["modules"] if m.split(".")[:2] in (["torch", "_dynamo"],
                                                                 ["torch", "_inductor"])
-              or m == "sympy"]
-    assert loaded == []
+              or m in ("sympy", "ml_dtypes")]
+    assert loaded == []  # ml_dtypes (0.45 s of CPU) too: this module has no bf16 or fp8
 
 
 def test_the_kernel_child_loads_no_torch_libcst_or_pydantic(tmp_path: Path) -> None:
@@ -102,3 +103,24 @@ def test_flop_count_is_torchs(build: str) -> None:
         with FlopCounterMode(display=False) as theirs:
             fn(*args)
     assert ours.total == theirs.get_total_flops() > 0
+
+
+def test_ml_dtypes_types_resolve_on_first_use(tmp_path: Path) -> None:
+    """The dtype table names bfloat16 and fp8 without importing ml_dtypes; looking one up
+    imports it, and bf16 arrays then round-trip through their raw bits."""
+    code = ("import json, sys\nimport numpy as np\n"
+            "from nkibot.verify import protocol\n"
+            "before = 'ml_dtypes' in sys.modules\n"
+            "known = ['bfloat16' in protocol.NUMPY_DTYPES, len(protocol.NUMPY_DTYPES)]\n"
+            "names = [protocol.dtype_name(np.dtype(np.float32)),"
+            " protocol.dtype_name(np.dtype(np.int64))]\n"
+            "still = 'ml_dtypes' in sys.modules\n"
+            "a = np.arange(6, dtype=np.float32).astype(protocol.NUMPY_DTYPES['bfloat16'])\n"
+            "d = protocol.save_array(__import__('pathlib').Path(sys.argv[1]) / 'a.npy', a)\n"
+            "back = protocol.load_array(d)\n"
+            "print(json.dumps([before, known, names, still, d['dtype'],"
+            " protocol.dtype_name(np.dtype(__import__('ml_dtypes').float8_e4m3)),"
+            " back.astype(np.float32).tolist()]))\n")
+    out = json.loads(_run(code, str(tmp_path), cwd=tmp_path))
+    assert out == [False, [True, 14], ["float32", "int64"], False, "bfloat16", "float8_e4m3",
+                   [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]]

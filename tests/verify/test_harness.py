@@ -154,6 +154,37 @@ class TestKernelChild:
         assert "frobnicate" in reply.failure()
 
 
+    def test_the_kernel_is_compiled_once_for_all_its_trials(self, tmp_path: Path) -> None:
+        """One child compiles the kernel's source once and runs that one function on every
+        trial, in the order asked (issue 28, item 5): nothing is re-imported per trial."""
+        from nkibot.verify.children.kernel_side import load_and_run
+        from nkibot.verify.protocol import KernelReply, save_array
+
+        source = ("RUNS = []\n\n\ndef double(a):\n    RUNS.append(a.shape)\n"
+                  "    return a * 2\n")
+        trials = []
+        for t in range(4):
+            saved = save_array(tmp_path / f"in{t}.npy", np.full((2, 3), t, np.float32))
+            trials.append({"index": t, "inputs": [saved]})
+        out = tmp_path / "out"
+        out.mkdir()
+        wrapped: list[object] = []
+
+        def wrap(kernel: object) -> object:
+            wrapped.append(kernel)
+            return kernel
+
+        reply: KernelReply = {"ok": False, "simulator": None, "device": None, "error": None,
+                              "stats": {}}
+        load_and_run({"source": source, "function": "double", "trials": trials,
+                      "order": [2, 0, 3, 1], "out_dir": str(out)}, reply, wrap)
+        assert reply["error"] is None
+        (kernel,) = wrapped  # compiled and wrapped once
+        assert len(kernel.__globals__["RUNS"]) == 4  # type: ignore[attr-defined]
+        got = read_outputs(out, 4)
+        assert [float(got[(t, 0)][0, 0]) for t in range(4)] == [0.0, 2.0, 4.0, 6.0]
+
+
 class TestShapeSyntax:
     def test_shape_override_feeds_reference(self) -> None:
         """Specs from --shape reach the child unchanged."""

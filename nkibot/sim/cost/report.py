@@ -107,36 +107,6 @@ def _critical(rec: Recorder) -> dict[str, float]:
     return per
 
 
-def operator_roofline(model: dict[str, Any], flops: float, low_precision: bool
-                      ) -> dict[str, Any]:
-    """`model` (a `CostReport.as_dict()`) with its roofline over the operator's FLOPs.
-
-    The report's own compute bound counts the FLOPs the kernel executed on the Tensor
-    Engine, which wasted work inflates: multiplying inserted zeros, or a diagonal matrix
-    standing in for an elementwise product, raises the bound and so the fraction. The
-    operator's count (PyTorch's, of the reference module, which the kernel cannot touch)
-    over the peak for its dtype, against the launch's I/O bytes, is the roofline the
-    issue defines. The executed count stays, as `executed_flops`.
-    """
-    from nkibot.sim.cost.constants import target
-
-    try:
-        t = target(str(model["target"]))
-        span_ns = float(model["time_us"]) * 1000.0
-        mem_ns = float(model["hbm_bytes"]) / (t.dma_queue_bw * t.dma_queues)
-    except (KeyError, TypeError, ValueError):
-        return model  # not a report of ours: leave it as it came
-    peak = t.bf16_tflops if low_precision else t.fp32_tflops
-    fl_ns = max(float(flops), 0.0) / (peak * 1e3)
-    roof_ns = max(mem_ns, fl_ns)
-    return {**model, "executed_flops": model.get("flops"), "flops": float(flops),
-            "roofline_us": round(roof_ns / 1000.0, 3),
-            "roofline_bound": "compute" if fl_ns > mem_ns else "memory",
-            "roofline_fraction": round(roof_ns / span_ns, 4) if span_ns > 0 else 0.0,
-            "roofline_basis": "the operator's FLOPs (PyTorch's count of the reference) "
-                              "and the launch's I/O bytes"}
-
-
 def build(rec: Recorder, hbm_bytes: int, cost_only: bool) -> CostReport:
     """The report of everything `rec` saw, with the roofline for `hbm_bytes` of I/O."""
     rec.finish()

@@ -1,4 +1,4 @@
-"""The roofline over the operator's FLOPs (nkibot.sim.cost.report.operator_roofline)."""
+"""The roofline over the operator's FLOPs (nkibot.sim.cost.quick.operator_roofline)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from nkibot.sim.cost.constants import target
-from nkibot.sim.cost.report import operator_roofline
+from nkibot.sim.cost.quick import operator_roofline
 
 
 def _model(time_us: float, hbm_bytes: int, executed: float) -> dict[str, object]:
