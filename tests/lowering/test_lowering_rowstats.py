@@ -243,8 +243,9 @@ class TestBatchNormTraining:
 
 
 class TestGroupNormWrittenOut:
-    """GroupNorm whose groups are short (after a Linear: [16, 1] blocks) is written out:
-    one row a group on the partitions with bn_stats, the weights a stage of their own."""
+    """GroupNorm whose groups are short (after a Linear: [16, 1] blocks) is written out
+    (rewrite.expand_norms): one row a group on the partitions with bn_stats, the weights a
+    stage of their own."""
 
     @pytest.mark.parametrize(("ctor", "shape"), [
         ("nn.GroupNorm(512, 8192)", (64, 8192)),  # KernelBench level 2 62's GroupNorm
@@ -261,16 +262,15 @@ class TestGroupNormWrittenOut:
         the chooser's pick is the modelled faster one (GroupNorm(8, 256) on 5 x 256 x 16:
         blocks 41.45 us, written out 15.94; GroupNorm(2, 130) on 2 x 130 x 50: blocks
         6.35, written out 14.82; model estimate trn1)."""
-        from nkibot.lowering.frontend.composite import written_out
+        from nkibot.lowering.emit.norm import rows_faster
 
-        assert written_out((64, 8192), 512, 2) and written_out((5, 256, 16), 8, 2)
-        assert not written_out((2, 130, 50), 2, 2)
-        assert not written_out((4, 32, 64, 32), 8, 2)  # groupnorm.py's rows take it
+        assert rows_faster((64, 8192), 512, 2) and rows_faster((5, 256, 16), 8, 2)
+        assert not rows_faster((2, 130, 50), 2, 2)
 
     def test_model_estimate_far_below_the_blocks(self, monkeypatch) -> None:
         import types
 
-        from nkibot.lowering.frontend import composite
+        from nkibot.lowering.emit import norm
         from nkibot.sim import activate
         from nkibot.sim.cost import estimate
 
@@ -278,7 +278,7 @@ class TestGroupNormWrittenOut:
         src = module_source("self.norm(x)", init="        self.norm = nn.GroupNorm(8, 256)")
         times = []
         for force in (True, False):
-            monkeypatch.setattr(composite, "written_out", lambda *a, f=force: f)
+            monkeypatch.setattr(norm, "rows_faster", lambda *a, f=force: f)
             lowered = lower_ok(make_task(src, [shape]))
             module = types.ModuleType("lowered")
             with activate(force=True, target="trn1"):

@@ -81,6 +81,9 @@ def emit_blocknorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
         groupnorm.emit_groupnorm(kernel, op, x, [_leaf(res, arg) for arg in op.args[1:]],
                                  outputs[0])
         return
+    if group and rows_faster(shape, groups, len(op.args) - 1):
+        raise LayoutError(f"{norm_name([op])}: {outer} blocks of [{a}, {b}] are modelled "
+                          "slower than one row a group (written out as row reductions)")
     if b * 4 > BLOCK_BUDGET:
         raise LayoutError(f"normalised blocks of {a} x {b} elements exceed the SBUF budget")
     params = [_leaf(res, arg) for arg in op.args[1:]]
@@ -102,6 +105,19 @@ def emit_blocknorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
     args = ", ".join(["x_v", "out_v", "ones", *(f"{n}_v" if group else n for n in names)])
     body.line(f"for o in nl.affine_range({outer}):")
     body.line(f"    {fn}({args}, o)")
+
+
+def rows_faster(shape: tuple[int, ...], groups: int, affine: int) -> bool:
+    """Whether a GroupNorm is modelled faster written out (rewrite.expand_norms: one row a
+    group, (N x G) rows of C / G x H x W on the partitions, mean and variance from bn_stats
+    through rowstats, the weights a stage of their own) than as N x G blocks here, one at a
+    time (schedule/normstats: blocks_ns against rows_ns). GroupNorm(512, 8192) after a
+    Linear is 64 x 512 blocks of [16, 1]: 31829 us as blocks, 291 us written out (64 x 8192,
+    model estimate trn1)."""
+    n, c, hw = shape[0], shape[1], math.prod(shape[2:])
+    forms = block_forms(hw, True, affine)
+    blocks = normstats.blocks_ns(n * groups, forms[normstats.choose(forms)])
+    return normstats.rows_ns(n * groups, c // groups * hw, affine) < blocks
 
 
 def block_forms(b: int, group: bool, affine: int) -> dict[str, list[normstats.Step]]:

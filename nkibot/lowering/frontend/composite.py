@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from nkibot.lowering.emit import groupnorm, norm
+from nkibot.lowering.emit import groupnorm
 from nkibot.lowering.frontend.decompose import (
     HANDLERS,
     Handler,
@@ -16,7 +16,6 @@ from nkibot.lowering.frontend.decompose import (
 from nkibot.lowering.frontend.ir import Arg, Ref
 from nkibot.lowering.frontend.reductions import vector_norm
 from nkibot.lowering.frontend.sink import Sink, Unsupported, norm_dims
-from nkibot.lowering.schedule import normstats
 
 
 def _dim(s: Sink, x: Arg, a: list[object], k: dict[str, object], i: int = 1) -> int:
@@ -184,32 +183,13 @@ def _group_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     groups = int(get(a, k, 1, "num_groups"))  # type: ignore[call-overload]
     weight, bias = get(a, k, 2, "weight"), get(a, k, 3, "bias")
     eps = float(get(a, k, 4, "eps", 1e-5))  # type: ignore[arg-type]
-    size = math.prod(shape[1:]) // groups
-    affine = (weight is not None) + (bias is not None)
-    if size > BLOCK_ROWS or (affine and not written_out(shape, groups, affine)):
+    if weight is not None or bias is not None or math.prod(shape[1:]) // groups > BLOCK_ROWS:
         return _blocknorm(s, x, weight, bias, kind="group", eps=eps, groups=groups)
-    grouped = s.emit("view", x, shape=(shape[0], groups, size))
+    grouped = s.emit("view", x, shape=(shape[0], groups, math.prod(shape[1:]) // groups))
     centred = s.sub(grouped, s.mean(grouped, (2,), True))
     var = s.mean(s.emit("square", centred), (2,), True)
     y = s.mul(centred, s.emit("rsqrt", s.add(var, eps)))
-    y = s.emit("view", y, shape=shape, last=not affine)
-    return _affine(s, y, weight, bias, _channel_view(s, x))
-
-
-def written_out(shape: tuple[int, ...], groups: int, affine: int) -> bool:
-    """A GroupNorm with affine weights written out (rows of one group each, the weights a
-    stage of their own) rather than emitted whole (groupnorm.py's rows, else norm.py's
-    blocks of [C / G, H * W]): where groupnorm.py does not take it and the cost model's
-    figures (schedule/normstats) put the blocks above the rows. GroupNorm(512, 8192) after
-    a Linear is 64 x 512 blocks of [16, 1]: 31829 us as blocks, 300 us written out
-    (64 x 8192, model estimate trn1)."""
-    n, c, hw = shape[0], shape[1], math.prod(shape[2:])
-    if groupnorm.fits(c, groups, hw):
-        return False
-    cg = c // groups
-    blocks = normstats.blocks_ns(n * groups, norm.block_forms(hw, True, affine)[
-        normstats.choose(norm.block_forms(hw, True, affine))])
-    return normstats.rows_ns(n * groups, cg * hw, affine) < blocks
+    return s.emit("view", y, shape=shape, last=True)
 
 
 # ---- views -------------------------------------------------------------------------
