@@ -1,7 +1,7 @@
 """Where a conversion's wall time goes: `nkibot convert` per stage, on a fixed set.
 
     python bench/time_to_verdict.py [--case NAME ...] [--max-input-elements 4194304]
-                                    [--profile DIR] [--json OUT.json] [--kb /work/kb/KernelBench]
+                                    [--profile DIR] [--json OUT.json] [--kb /work/kb]
 
 Each case runs `nkibot convert FILE::Name` with the default settings (model auto, backend
 auto, 3 optimize turns) in a fresh Python process, exactly as a user types it, and the
@@ -38,7 +38,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-KB = Path("/work/kb/KernelBench")
+KB = Path("/work/kb")  # holds level1, level2, level3 on the project's shared host
 #: name -> (file relative to the KernelBench root, or to the repo for "repo:", entry point)
 CASES: dict[str, tuple[str, str]] = {
     "readme-rmsnorm": ("repo:examples/rmsnorm.py", "RMSNorm"),

@@ -91,24 +91,28 @@ class TestDeclines:
         assert (f"aten.erfinv.default (torch.erfinv at {task.source_path}:{line}: "
                 "`return torch.erfinv(x)`)") in result.reason
 
-    def test_recording_lines_imports_no_export_or_inductor(self) -> None:
-        """torch.fx's own stack recording imports torch.export and parts of inductor to
-        learn which frames to leave out; the lowering's recording (`user_stack`) reads
-        frames only. A fresh interpreter that lowers an RMSNorm does not load them."""
-        code = ("import json, sys\nfrom nkibot.lowering import lower_task\n"
-                "from tests.lowering.lowering_support import make_task, module_source\n"
-                "src = module_source('x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)')\n"
-                "result = lower_task(make_task(src, [(8, 64)]))\n"
-                "print(type(result).__name__, json.dumps(sorted(sys.modules)))\n")
+    def test_the_lowering_child_loads_only_what_it_uses(self) -> None:
+        """The lowering child (`python -m nkibot.lowering`, a Task on stdin) lowers an
+        RMSNorm without the parent's modules (verify, convert, backends, libcst), without
+        ml_dtypes, and without what torch.fx's own stack recording imports to filter
+        frames (torch.export, inductor's sizevars): `user_stack` reads frames only."""
+        task = make_task(module_source("x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)"),
+                         [(8, 64)])
+        code = ("import json, runpy, sys\n"
+                "try:\n    runpy.run_module('nkibot.lowering', run_name='__main__')\n"
+                "except SystemExit:\n    pass\n"
+                "print('MODULES ' + json.dumps(sorted(sys.modules)))\n")
         root = Path(__file__).resolve().parents[2]
         proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
-                              text=True, timeout=300, check=False,
+                              text=True, timeout=300, check=False, input=task.model_dump_json(),
                               env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
         assert proc.returncode == 0, proc.stderr[-2000:]
-        kind, modules = proc.stdout.strip().splitlines()[-1].split(" ", 1)
-        assert kind == "Lowered"
-        assert [m for m in json.loads(modules) if m.startswith(
-            ("torch.export._trace", "torch._inductor.sizevars"))] == []
+        reply, modules = proc.stdout.strip().splitlines()[-2:]
+        assert "source" in json.loads(reply)  # it lowered
+        loaded = json.loads(modules.removeprefix("MODULES "))
+        assert [m for m in loaded if m.startswith((
+            "torch.export._trace", "torch._inductor.sizevars", "nkibot.verify",
+            "nkibot.convert", "nkibot.backends", "libcst", "ml_dtypes"))] == []
 
     def test_normalisation_is_named_as_the_user_wrote_it(self) -> None:
         """BatchNorm, not 'a block normalisation'."""
