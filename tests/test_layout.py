@@ -112,6 +112,8 @@ def forbidden(arrow: Arrow) -> str | None:
             return f"only nkibot.cli imports {top}"
     if s == "nkibot.results" and t != "nkibot.results":
         return "results.py is a leaf"
+    if within(s, "nkibot.lowering") and not any(within(t, p) for p in LOWERING_MAY_IMPORT):
+        return "the lowering imports only sim, task and results (never convert)"
     return None
 
 
@@ -121,7 +123,8 @@ class TestLayout:
         assert len({a.source for a in ALL_ARROWS}) > 80
 
     @pytest.mark.parametrize("package", ["sim", "handlers", "verify", "github", "bot", "runner",
-                                         "convert", "backends", "config", "jobs", "mcp"])
+                                         "convert", "backends", "config", "jobs", "mcp",
+                                         "lowering"])
     def test_no_forbidden_arrow(self, package: str) -> None:
         """No arrow from the 'never' list leaves this package."""
         bad = [f"{a}  ({why})" for a in ALL_ARROWS
@@ -172,6 +175,21 @@ class TestLayout:
         assert not bad, "\n".join(bad)
         assert set(RUNNER_LAYERS) == {module_name(p) for p in (PKG / "runner").rglob("*.py")}
 
+    def test_lowering_arrows_point_down(self) -> None:
+        """Inside lowering/, a module imports only from its own layer or lower ones: the
+        driver (lower, plan, ladder, stages) > emit/ > schedule/ > frontend/."""
+        bad = [str(a) for a in ALL_ARROWS if within(a.source, "nkibot.lowering")
+               and within(t := existing_module(a.target), "nkibot.lowering")
+               and lowering_layer(t) > lowering_layer(a.source)]
+        assert not bad, "\n".join(bad)
+
+    def test_lowering_folders_hold_at_most_20_modules(self) -> None:
+        """No folder of the lowering holds more than 20 modules (split it by what it owns)."""
+        folders = {p.parent for p in (PKG / "lowering").rglob("*.py")}
+        crowded = {str(f): n for f in folders if (n := len(list(f.glob("*.py")))) > 20}
+        assert crowded == {}
+        assert len(folders) >= 4
+
     def test_rule_catches_a_planted_arrow(self) -> None:
         """The checker itself fires: a sim -> runner arrow is reported."""
         assert forbidden(Arrow("nkibot.sim.tensor", "nkibot.runner.worker", 1, True))
@@ -180,6 +198,23 @@ class TestLayout:
         assert forbidden(Arrow("nkibot.handlers.decide", "nkibot.jobs.sqlite", 1, True))
         assert forbidden(Arrow("nkibot.convert.pipeline", "nkibot.runner.jobrun", 1, False))
         assert forbidden(Arrow("nkibot.cli", "nkibot.runner.cli", 1, True)) is None
+        assert forbidden(Arrow("nkibot.lowering.lower", "nkibot.convert.pipeline", 1, False))
+        assert lowering_layer("nkibot.lowering.frontend.ir") < lowering_layer(
+            "nkibot.lowering.schedule.layout") < lowering_layer(
+            "nkibot.lowering.emit.conv.conv") < lowering_layer("nkibot.lowering.plan")
+
+
+#: What the lowering (a compiler of its own) may import from the rest of nkibot.
+LOWERING_MAY_IMPORT = ("nkibot.lowering", "nkibot.sim", "nkibot.task", "nkibot.results")
+#: lowering/'s layers, bottom first; a module not in one of these folders is the driver.
+LOWERING_LAYERS = ("frontend", "schedule", "emit")
+
+
+def lowering_layer(module: str) -> int:
+    """`nkibot.lowering.emit.conv.conv` -> 2 (emit); the driver modules rank above all."""
+    parts = module.split(".")
+    sub = parts[2] if len(parts) > 2 else ""
+    return LOWERING_LAYERS.index(sub) if sub in LOWERING_LAYERS else len(LOWERING_LAYERS)
 
 
 #: runner/'s layers, top first: a module may import only from later layers

@@ -215,6 +215,17 @@ class TestBatchNormTraining:
         assert isinstance(result, Declined)
         assert "batch statistics" in result.reason and "model.eval()" in result.reason
 
+    def test_over_128_channels_after_other_ops_is_declined_by_the_scheduler(self) -> None:
+        """The front end emits the BatchNorm whatever its size (it asks no emitter's budget);
+        within a graph of other ops, the scheduler's expansion declines it, with the fix."""
+        from nkibot.lowering import Declined, lower_task
+
+        source = BN_TRAIN.replace("(C)", "(130)").replace(
+            "F.batch_norm(x,", "F.batch_norm(torch.relu(x) * 2.0,")
+        result = lower_task(make_task(source, [(4, 130, 10)]))
+        assert isinstance(result, Declined)
+        assert "as stages" in result.reason and "model.eval()" in result.reason
+
     def test_resident_input_is_modelled_near_the_eval_form(self) -> None:
         """Read once: the training form is modelled within 10 % of eval BatchNorm (no
         statistics at all; 39.0 vs 36.4 us, model estimate trn1). Reading each tile twice

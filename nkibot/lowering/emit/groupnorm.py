@@ -31,6 +31,11 @@ from nkibot.sim.cost.quick import SBUF_BYTES
 ROW_BUDGET = SBUF_BYTES * 3 // 4  # bytes per partition: the row, a scratch row and the result row
 
 
+#: positions of a BatchNorm row per chunk when the row is over the budget: 8 KiB fp32 a
+#: partition per tile, small beside what a stage around it keeps live
+BATCH_CHUNK = 2048
+
+
 def fits(channels: int, groups: int, positions: int) -> bool:
     return channels <= PMAX and channels % groups == 0 and positions * 4 * 3 <= ROW_BUDGET
 
@@ -125,9 +130,7 @@ def emit_batchnorm(kernel: Kernel, op: Op, x: str, params: list[str], out: Outpu
                   "operand0=scale, op1=nl.add, operand1=b_col)")
     else:
         body.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
-    fn = _normalise_rows(kernel, op, hw, out.dtype)
-    emit_grid(body, [Axis("r", rows, per)], f"{fn}(x_v, out_v, scale, shift, {{r0}}, {{rsz}})",
-              "affine_range")
+    _normalise_rows(kernel, op, hw, out.dtype, rows, per)
 
 
 TRIPLES_BUDGET = SBUF_BYTES // 8  # bytes per partition: each row tile's (count, mean, M2)
@@ -228,9 +231,7 @@ def emit_batchnorm_train(kernel: Kernel, op: Op, x: str, params: list[str],
         body.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
     body.comment("pass 2: out = x * scale + shift, one Scalar Engine pass a tile")
     if not resident:
-        fn = _normalise_rows(kernel, op, hw, out.dtype)
-        emit_grid(body, [Axis("r", rows, per)],
-                  f"{fn}(x_v, out_v, scale, shift, {{r0}}, {{rsz}})", "affine_range")
+        _normalise_rows(kernel, op, hw, out.dtype, rows, per)
         return
     fn = kernel.names.fresh("batchnorm_rows")
     blk = Block(depth=1)
@@ -244,21 +245,34 @@ def emit_batchnorm_train(kernel: Kernel, op: Op, x: str, params: list[str],
     body.line(f"    {fn}(xs, out_v, scale, shift, t)")
 
 
-def _normalise_rows(kernel: Kernel, op: Op, hw: int, out_dtype: str) -> str:
-    """A helper `fn(x_v, out_v, scale, shift, r0, p)`: rows r0..r0+p as x * scale + shift."""
+def _normalise_rows(kernel: Kernel, op: Op, hw: int, out_dtype: str, rows: int,
+                    per: int) -> None:
+    """The grid over row tiles of `per` rows: each x * scale + shift, one Scalar Engine pass;
+    a row over the budget (`fits`) runs in chunks of BATCH_CHUNK positions (independent
+    x * s + t); a row that fits loads whole."""
     fn = kernel.names.fresh("batchnorm_rows")
+    whole = fits(1, 1, hw)
+    size, cols = (str(hw), f"0:{hw}") if whole else ("hsz", "nl.ds(h0, hsz)")
     blk = Block(depth=1)
-    blk.line(f"xt = nl.ndarray((p, {hw}), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line(f"nisa.dma_copy(dst=xt, src=x_v[nl.ds(r0, p), 0:{hw}])")
+    blk.line(f"xt = nl.ndarray((p, {size}), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.dma_copy(dst=xt, src=x_v[nl.ds(r0, p), {cols}])")
     blk.comment("out = x * scale + shift, on the Scalar Engine")
-    blk.line(f"y = nl.ndarray((p, {hw}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
+    blk.line(f"y = nl.ndarray((p, {size}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
     blk.line("nisa.activation(dst=y, op=nl.copy, data=xt, scale=scale[0:p, 0:1], "
              "bias=shift[0:p, 0:1])")
-    blk.line(f"nisa.dma_copy(dst=out_v[nl.ds(r0, p), 0:{hw}], src=y)")
-    kernel.helpers.append([f"def {fn}(x_v, out_v, scale, shift, r0, p):",
-                           f'    """{op.origin}: rows r0..r0+p, whole batch elements."""',
+    blk.line(f"nisa.dma_copy(dst=out_v[nl.ds(r0, p), {cols}], src=y)")
+    if whole:
+        kernel.helpers.append([f"def {fn}(x_v, out_v, scale, shift, r0, p):",
+                               f'    """{op.origin}: rows r0..r0+p, whole batch elements."""',
+                               *blk.lines])
+        emit_grid(kernel.body, [Axis("r", rows, per)],
+                  f"{fn}(x_v, out_v, scale, shift, {{r0}}, {{rsz}})", "affine_range")
+        return
+    kernel.helpers.append([f"def {fn}(x_v, out_v, scale, shift, r0, p, h0, hsz):",
+                           f'    """{op.origin}: rows r0..r0+p, positions h0..h0+hsz."""',
                            *blk.lines])
-    return fn
+    emit_grid(kernel.body, [Axis("r", rows, per), Axis("h", hw, BATCH_CHUNK)],
+              f"{fn}(x_v, out_v, scale, shift, {{r0}}, {{rsz}}, {{h0}}, {{hsz}})", "affine_range")
 
 
 def _emit_rows(kernel: Kernel, op: Op, hw: int, inv: float, eps: float, cols: list[str],

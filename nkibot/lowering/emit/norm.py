@@ -59,10 +59,19 @@ def emit_blocknorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
     op = res.ops[0]
     x = _leaf(res, op.args[0])
     if op.attr("kind") == "batch":
+        if op.shape[1] > PMAX:
+            raise LayoutError(f"BatchNorm over {op.shape[1]} channels (over {PMAX}): "
+                              "written as elementwise ops instead")
         groupnorm.emit_batchnorm(kernel, op, x, [_leaf(res, arg) for arg in op.args[1:]],
                                  outputs[0])
         return
     if op.attr("kind") == "batch_train":
+        n, c = op.shape[0], op.shape[1]
+        if not groupnorm.fits_batch_stats(n, c, math.prod(op.shape[2:])):
+            raise LayoutError(f"BatchNorm batch statistics over {c} channels of "
+                              f"{math.prod(op.shape[2:])} positions: over {PMAX} channels "
+                              "or rows over the SBUF budget (call model.eval() to use the "
+                              "running statistics)")
         groupnorm.emit_batchnorm_train(kernel, op, x, [_leaf(res, arg) for arg in op.args[1:]],
                                        outputs[0])
         return

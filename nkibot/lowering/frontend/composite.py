@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from nkibot.lowering.emit import groupnorm
 from nkibot.lowering.frontend.decompose import (
     HANDLERS,
     Handler,
@@ -133,9 +132,9 @@ def _batch_norm(s: Sink, a: list[object], k: dict[str, object]) -> object:
     eps = float(get(a, k, 7, "eps", 1e-5))  # type: ignore[arg-type]
     weight, bias = get(a, k, 3, "weight"), get(a, k, 4, "bias")
     shape = s.shape(x)
-    if len(shape) >= 3 and groupnorm.fits(shape[1], 1, math.prod(shape[2:])) and (
-            weight is not None) == (bias is not None):
-        # one per-row scale and shift, rows (batch x channels) on the partitions
+    if len(shape) >= 3 and (weight is not None) == (bias is not None):
+        # one per-row scale and shift, rows (batch x channels) on the partitions (whatever
+        # the plane's size: the emitter takes a long row in chunks)
         params = [tensor(p) for p in (weight, bias) if p is not None]
         return s.emit("blocknorm", x, mean, var, *params, shape=shape, last=True,
                       kind="batch", eps=eps)
@@ -152,12 +151,11 @@ def _batch_norm_train(s: Sink, x: Arg, a: list[object], k: dict[str, object]) ->
     eps = float(get(a, k, 7, "eps", 1e-5))  # type: ignore[arg-type]
     weight, bias = get(a, k, 3, "weight"), get(a, k, 4, "bias")
     shape = s.shape(x)
-    if len(shape) < 3 or (weight is None) != (bias is None) or not groupnorm.fits_batch_stats(
-            shape[0], shape[1], math.prod(shape[2:])):
+    if len(shape) < 3 or (weight is None) != (bias is None):
         raise Unsupported("aten.batch_norm.training",
-                          "batch statistics in training mode over more than 128 channels, "
-                          "rows over the SBUF budget, or a weight without a bias (call "
-                          "model.eval() to use the running statistics)")
+                          "batch statistics in training mode over fewer than 3 dims, or a "
+                          "weight without a bias (call model.eval() to use the running "
+                          "statistics)")
     params = [tensor(p) for p in (weight, bias) if p is not None]
     return s.emit("blocknorm", x, *params, shape=shape, last=True, kind="batch_train",
                   eps=eps)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from nkibot.lowering.frontend.ir import Arg, Graph, Op, Ref
+from nkibot.lowering.schedule.layout import LayoutError
 
 LONG_ROW = 16384  # elements: two fp32 rows of this length take 128 KiB of a partition
 CHUNK = 4096  # the longest chunk a split row is cut into (16 KiB of fp32)
@@ -66,17 +67,49 @@ def split_long_reductions(graph: Graph) -> Graph:
 
 def expand_norms(graph: Graph, lowers_alone: Callable[[Op], bool]) -> Graph:
     """The graph with each GroupNorm/LayerNorm block normalisation that does not lower as
-    its own stage (its blocks exceed SBUF) written as row reductions and elementwise ops:
+    its own stage (its blocks exceed SBUF) written as row reductions and elementwise ops
+    (an eval BatchNorm over more than 128 channels as elementwise ops alone):
     the rows are its blocks (the mean, then the centred variance: two passes, no
-    E[x^2] - mean^2 cancellation), which the scheduler stages (and splits when long)."""
+    E[x^2] - mean^2 cancellation), which the scheduler stages (and splits when long).
+    A BatchNorm with batch statistics that its emitter refuses is declined (LayoutError)."""
     ops: list[Op] = []
     for op in graph.ops:
         kind = op.attr("kind")
-        if op.op != "blocknorm" or kind not in ("group", "layer") or lowers_alone(op):
+        if op.op == "blocknorm" and kind == "batch_train" and not lowers_alone(op):
+            raise LayoutError(
+                f"{op.origin}: BatchNorm with batch statistics (training mode) over "
+                f"{op.shape[1]} channels of {math.prod(op.shape[2:])} positions does not fit "
+                "(up to 128 channels, rows within the SBUF budget): call model.eval() to use "
+                "the running statistics, or pass smaller shapes")
+        if op.op != "blocknorm" or kind not in ("group", "layer", "batch") or lowers_alone(op):
             ops.append(op)
+        elif kind == "batch":
+            ops += _batch_ops(op)
         else:
             ops += _norm_ops(op, str(kind))
     return Graph(graph.leaves, ops, graph.outputs, graph.constants)
+
+
+def _batch_ops(op: Op) -> list[Op]:
+    """An eval BatchNorm (running statistics) as elementwise ops: (x - mean) * rsqrt(var +
+    eps), then weight and bias, each per-channel [C] tensor viewed as [C, 1, ...]."""
+    shape, (x, mean, var, *params) = op.shape, op.args
+    channel = (shape[1], *(1,) * (len(shape) - 2))
+    ops: list[Op] = []
+
+    def emit(suffix: str, name: str, args: tuple[Arg, ...], out: tuple[int, ...]) -> Ref:
+        ops.append(Op(f"{op.name}_{suffix}", name, args, out, op.dtype, op.origin))
+        return Ref(ops[-1].name)
+
+    mean_v = emit("mean", "view", (mean,), channel)
+    vareps = emit("vareps", "add", (emit("var", "view", (var,), channel),
+                                    float(str(op.attr("eps")))), channel)
+    inv = emit("inv", "rsqrt", (vareps,), channel)
+    y = emit("normed", "mul", (emit("centred", "sub", (x, mean_v), shape), inv), shape)
+    for i, (param, fold) in enumerate(zip(params, ("mul", "add"), strict=False)):
+        y = emit(f"affine{i}", fold, (y, emit(f"param{i}", "view", (param,), channel)), shape)
+    last = ops.pop()
+    return [*ops, replace(last, name=op.name)]
 
 
 def _norm_ops(op: Op, kind: str) -> list[Op]:
