@@ -140,6 +140,27 @@ class TestChooser:
                                                                        (65536, 512)]))
         assert isinstance(lowered, Lowered) and "# tiling: " in lowered.source
 
+    def test_blocks_fit_with_what_the_form_keeps_live(self) -> None:
+        """A Linear over K = 4096 fp32 stored [N, K]: 256 x 512 blocks fit BLOCK_BUDGET
+        (96 KiB), but the form holds two A blocks, the panel and two [128, K] staging rows
+        (160 KiB). KernelBench level 2 45 (Linear, sigmoid, Linear, logsumexp, batch 2048)
+        failed to compile with them: sbuf-capacity, 188416 B live."""
+        g = Gemm(2048, 4096, 1024, False, True, 4, 4)
+        assert matmulblock.block_bytes(g, 256, 512) <= matmulblock.BLOCK_BUDGET
+        assert matmulblock.live_bytes(g, 256, 512) > matmulblock.LIVE_BUDGET
+        found = matmulblock.candidates(g)
+        assert found and all(matmulblock.live_bytes(g, c.bm, c.bn) <= matmulblock.LIVE_BUDGET
+                             for c in found)
+
+    def test_two_chained_linears_over_a_long_k_run_on_the_simulator(self) -> None:
+        source = module_source(
+            "torch.logsumexp(self.l2(torch.sigmoid(self.l1(x))), dim=1)",
+            init="        self.l1 = nn.Linear(512, 4096)\n        self.l2 = nn.Linear(4096, 1024)")
+        task = make_task(source, [(512, 512)])
+        lowered = lower_ok(task)
+        assert "blocked" in lowered.source
+        _check(task, lowered.source, lowered.function)
+
 
 class TestEpilogueRows:
     def test_linear_bias_is_broadcast_once(self) -> None:

@@ -34,6 +34,10 @@ DESCRIPTOR_BYTES = C.DMA_DESCRIPTOR_NS.value * C.TRN1.dma_queue_bw
 #: SBUF bytes per partition the two resident blocks may take (of 192 KiB): the rest
 #: holds the output tiles and lets the next blocks load while these are used.
 BLOCK_BUDGET = SBUF_BYTES // 2
+#: SBUF bytes per partition everything the blocked form keeps live at its peak may take
+#: (`live_bytes`): the rest (a quarter) holds output tiles, broadcast bias rows and what
+#: earlier stages of the kernel keep.
+LIVE_BUDGET = SBUF_BYTES * 3 // 4
 
 
 @dataclass(frozen=True)
@@ -104,12 +108,24 @@ def block_bytes(g: Gemm, bm: int, bn: int) -> int:
     return _tiles(g.k, PMAX) * (min(bm, g.rows) + min(bn, g.n)) * g.itemsize
 
 
+def live_bytes(g: Gemm, bm: int, bn: int) -> int:
+    """SBUF bytes per partition the blocked form holds at its peak: B's panel; A's first
+    block, still held by the panel while each further M block loads (two when M has
+    several blocks); and, for an operand stored [*, K] (loaded as whole rows and
+    transposed on the PE), two [128, K] row tiles in flight."""
+    a_copies = 1 if bm >= g.rows else 2
+    staged = (not g.a_transposed) or g.b_transposed
+    return (_tiles(g.k, PMAX) * (a_copies * min(bm, g.rows) + min(bn, g.n))
+            + (2 * g.k if staged else 0)) * g.itemsize
+
+
 def candidates(g: Gemm) -> list[Blocks]:
-    """Every (BM, BN) that fits BLOCK_BUDGET, best (lowest modelled ns) first."""
+    """Every (BM, BN) that fits BLOCK_BUDGET, and whose peak (`live_bytes`) fits
+    LIVE_BUDGET, best (lowest modelled ns) first."""
     bms = sorted({min(g.rows, PMAX * 2 ** i) for i in range(6)})
     bns = sorted({min(g.n, NMAX * 2 ** i) for i in range(4)})
     found = [Blocks(bm, bn, modelled_ns(g, bm, bn)) for bm in bms for bn in bns
-             if block_bytes(g, bm, bn) <= BLOCK_BUDGET]
+             if block_bytes(g, bm, bn) <= BLOCK_BUDGET and live_bytes(g, bm, bn) <= LIVE_BUDGET]
     return sorted(found, key=lambda b: (b.ns, -b.bm, -b.bn))
 
 
@@ -129,18 +145,26 @@ def emit_blocked(kernel: Kernel, g: Gemm, blocks: Blocks, compute: str,
     inner = Block(depth=body.depth + (1 if count > 1 else 0))
     ps = ", ".join(params)
     if blocks.bm >= g.rows:
+        # in a helper, so that A and the first panel die with it: a later stage of the
+        # same kernel must not find them still live in SBUF
         bn0 = min(blocks.bn, g.n)
-        inner.comment("A is loaded once; its K tiles interleave with the first panel's")
-        inner.line(f"a_sb = nl.ndarray(({PMAX}, {fns.kt}, {g.rows}), dtype={compute}, "
-                   "buffer=nl.sbuf)")
-        inner.line(f"b_sb = nl.ndarray(({PMAX}, {fns.kt}, {bn0}), dtype={compute}, "
-                   "buffer=nl.sbuf)")
-        inner.line(f"{fns.pair}(a_sb, {a_v}, {ga}, 0, {g.rows}, b_sb, {b_v}, {gb}, 0, {bn0})")
-        inner.line(f"{fns.block}(a_sb, b_sb, {ps}, g, 0, {g.rows}, 0, {bn0})")
+        whole = kernel.names.fresh("gemm_whole_a")
+        blk = Block(depth=1)
+        blk.comment("A is loaded once; its K tiles interleave with the first panel's")
+        blk.line(f"a_sb = nl.ndarray(({PMAX}, {fns.kt}, {g.rows}), dtype={compute}, "
+                 "buffer=nl.sbuf)")
+        blk.line(f"b_sb = nl.ndarray(({PMAX}, {fns.kt}, {bn0}), dtype={compute}, "
+                 "buffer=nl.sbuf)")
+        blk.line(f"{fns.pair}(a_sb, a_v, {ga}, 0, {g.rows}, b_sb, b_v, {gb}, 0, {bn0})")
+        blk.line(f"{fns.block}(a_sb, b_sb, {ps}, g, 0, {g.rows}, 0, {bn0})")
         if g.n > bn0:
-            call = (f"{_emit_panel(fns, blocks)}({a_v}, {b_v}, a_sb, {ps}, g, {ga}, {gb}, "
+            call = (f"{_emit_panel(fns, blocks)}(a_v, b_v, a_sb, {ps}, g, {ga}, {gb}, "
                     "{x0}, {xsz})")
-            _emit_shifted(inner, Axis("n", g.n - bn0, blocks.bn), bn0, call)
+            _emit_shifted(blk, Axis("n", g.n - bn0, blocks.bn), bn0, call)
+        kernel.helpers.append([f"def {whole}(a_v, b_v, {ps}, g):",
+                               '    """Every output column of group g, A resident."""',
+                               *blk.lines])
+        inner.line(f"{whole}({a_v}, {b_v}, {ps}, g)")
     else:
         call = (f"{_emit_panel(fns, blocks)}({a_v}, {b_v}, None, {ps}, g, {ga}, {gb}, "
                 "{n0}, {nsz})")
