@@ -4,6 +4,8 @@ Engine pass, and x * x as one activation (square) with its row sum riding along.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.lowering.lowering_support import (
@@ -72,14 +74,19 @@ class TestSquares:
 def _offset_error(ctor: str, shape: tuple[int, ...], offset: float) -> tuple[str, float]:
     """(kernel source, max error / output RMS) of the lowered norm on rand() + offset,
     the verifier's offset trial on KernelBench's uniform inputs."""
+    return _sim_error(make_task(module_source("self.norm(x)", init=(
+        f"        self.norm = {ctor}\n        nn.init.normal_(self.norm.weight)\n"
+        "        nn.init.normal_(self.norm.bias)")), [shape]), shape, offset)
+
+
+def _sim_error(task: Any, shape: tuple[int, ...], offset: float) -> tuple[str, float]:
+    """(kernel source, max error / output RMS) of `task` lowered and run on the simulator
+    on rand() + offset, against the module itself."""
     import numpy as np
     import torch
 
     from tests.lowering.lowering_support import build_module, simulate, to_numpy
 
-    task = make_task(module_source("self.norm(x)", init=(
-        f"        self.norm = {ctor}\n        nn.init.normal_(self.norm.weight)\n"
-        "        nn.init.normal_(self.norm.bias)")), [shape])
     lowered = lower_ok(task)
     module = build_module(task)
     x = torch.rand(shape, generator=torch.Generator().manual_seed(0)) + offset
@@ -173,21 +180,7 @@ BN_TRAIN = module_source(
 def _bn_train_error(shape: tuple[int, ...], offset: float) -> tuple[str, float]:
     """(kernel source, max error / output RMS) of F.batch_norm(training=True) on
     rand() + offset."""
-    import numpy as np
-    import torch
-
-    from tests.lowering.lowering_support import build_module, simulate, to_numpy
-
-    task = make_task(BN_TRAIN.replace("(C)", f"({shape[1]})"), [shape])
-    lowered = lower_ok(task)
-    module = build_module(task)
-    x = torch.rand(shape, generator=torch.Generator().manual_seed(0)) + offset
-    with torch.no_grad():
-        ref = module(x).numpy()
-    arrays = [to_numpy(x)] + [to_numpy(v) for v in module.state_dict().values()]
-    (got,) = simulate(lowered.source, lowered.function, arrays)
-    err = float(np.abs(np.asarray(got) - ref).max() / np.sqrt((ref ** 2).mean()))
-    return lowered.source, err
+    return _sim_error(make_task(BN_TRAIN.replace("(C)", f"({shape[1]})"), [shape]), shape, offset)
 
 
 class TestBatchNormTraining:

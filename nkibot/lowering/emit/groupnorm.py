@@ -124,12 +124,7 @@ def emit_batchnorm(kernel: Kernel, op: Op, x: str, params: list[str], out: Outpu
     body.line(f"neg_mean = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
     body.line("nisa.tensor_scalar(dst=neg_mean, data=mean_col, op0=nl.multiply, "
               "operand0=-1.0)")
-    body.line(f"shift = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
-    if len(params) > 2:
-        body.line("nisa.scalar_tensor_tensor(dst=shift, data=neg_mean, op0=nl.multiply, "
-                  "operand0=scale, op1=nl.add, operand1=b_col)")
-    else:
-        body.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
+    _emit_shift(body, per, len(params) > 2)
     _normalise_rows(kernel, op, hw, out.dtype, rows, per)
 
 
@@ -223,12 +218,7 @@ def emit_batchnorm_train(kernel: Kernel, op: Op, x: str, params: list[str],
     body.line("nisa.activation(dst=scale, op=nl.rsqrt, data=scale)")
     if params:
         body.line("nisa.tensor_tensor(dst=scale, data1=scale, data2=w_col, op=nl.multiply)")
-    body.line(f"shift = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
-    if len(params) > 1:
-        body.line("nisa.scalar_tensor_tensor(dst=shift, data=neg_mean, op0=nl.multiply, "
-                  "operand0=scale, op1=nl.add, operand1=b_col)")
-    else:
-        body.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
+    _emit_shift(body, per, len(params) > 1)
     body.comment("pass 2: out = x * scale + shift, one Scalar Engine pass a tile")
     if not resident:
         _normalise_rows(kernel, op, hw, out.dtype, rows, per)
@@ -243,6 +233,17 @@ def emit_batchnorm_train(kernel: Kernel, op: Op, x: str, params: list[str],
                            f'    """{op.origin}: resident row tile t."""', *blk.lines])
     body.line(f"for t in nl.affine_range({tiles}):")
     body.line(f"    {fn}(xs, out_v, scale, shift, t)")
+
+
+def _emit_shift(body: Block, per: int, has_bias: bool) -> None:
+    """shift = bias - mean * scale (or -mean * scale without a bias), from the [per, 1]
+    columns neg_mean, scale and b_col: one instruction, shared by both BatchNorm forms."""
+    body.line(f"shift = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    if has_bias:
+        body.line("nisa.scalar_tensor_tensor(dst=shift, data=neg_mean, op0=nl.multiply, "
+                  "operand0=scale, op1=nl.add, operand1=b_col)")
+    else:
+        body.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
 
 
 def _normalise_rows(kernel: Kernel, op: Op, hw: int, out_dtype: str, rows: int,
