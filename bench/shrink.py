@@ -1,6 +1,7 @@
 """Shrink a KernelBench-format task's inputs to at most N elements each, in memory.
 
-With `COUNT_WEIGHTS` the model's weights, all together, must fit N elements too.
+With `COUNT_WEIGHTS` the model's weights, all together, must fit N elements too; the
+forward's outputs, all together, must always fit `OUTPUT_SHARE` times N.
 
 KernelBench level-1 inputs reach billions of elements; the CPU simulator runs a few
 million. `shrink_source` halves the file's top-level integer constants (`batch_size = 16`,
@@ -8,8 +9,8 @@ million. `shrink_source` halves the file's top-level integer constants (`batch_s
 first, until every tensor `get_inputs()` returns has at most `max_elements` elements. The
 task file on disk is never edited: the bench converts a shrunk copy in a scratch folder.
 
-Sizes are measured by running `get_inputs()` under `torch.device("meta")`, so nothing is
-allocated. This executes the task file in the bench's own process: point it only at
+Sizes are measured by running `get_inputs()` and the forward under `torch.device("meta")`,
+so nothing is allocated. This executes the task file in the bench's own process: point it only at
 benchmark folders you trust (KernelBench, bench/tasks).
 """
 
@@ -30,7 +31,7 @@ class Shrunk:
     source: str
     changed: dict[str, tuple[Const, Const]] = field(default_factory=dict)
     fits: bool = True
-    largest: int = 0  # elements of the largest input after shrinking
+    largest: int = 0  # elements of the largest input (or weights, or outputs / OUTPUT_SHARE)
 
 
 def _derived(value: ast.expr) -> bool:
@@ -72,6 +73,12 @@ def _render(tree: ast.Module, values: dict[str, Const]) -> str:
 #: inputs, are what fill the simulator.
 COUNT_WEIGHTS = False
 ENTRY = "Model"
+#: The forward's outputs count too, all together, divided by this: with inputs of at most
+#: 4M elements, the outputs may take 64M (256 MiB in fp32, half the simulator's 512 MiB
+#: budget). A transposed conv's output is many times its input (KernelBench level 2 100:
+#: 4M input elements become 434M output elements, 1.6 GiB), and inputs alone left it too
+#: big to simulate. A forward that fails on the meta device counts no outputs.
+OUTPUT_SHARE = 16
 
 
 def _sizes(source: str) -> tuple[list[int], dict[str, Any]]:
@@ -83,12 +90,27 @@ def _sizes(source: str) -> tuple[list[int], dict[str, Any]]:
         get_inputs = namespace.get("get_inputs")
         values = list(get_inputs()) if callable(get_inputs) else []
         sizes = [math.prod(v.shape) for v in values if isinstance(v, torch.Tensor)]
-        if COUNT_WEIGHTS and callable(namespace.get(ENTRY)):
+        if sizes and callable(namespace.get(ENTRY)):
             get_init = namespace.get("get_init_inputs")
             model = _build(namespace[ENTRY], list(get_init() if callable(get_init) else []))
-            if isinstance(model, torch.nn.Module):
+            if COUNT_WEIGHTS and isinstance(model, torch.nn.Module):
                 sizes.append(sum(math.prod(t.shape) for t in model.state_dict().values()))
+            sizes.append(-(-_output_elements(model, values) // OUTPUT_SHARE))
     return sizes, namespace
+
+
+def _output_elements(model: Any, values: list[Any]) -> int:
+    """Elements of every tensor the forward returns, run on the meta device (0 when the
+    forward cannot run there)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            out = model(*values)
+    except Exception:
+        return 0
+    outs = list(out) if isinstance(out, tuple | list) else [out]
+    return sum(math.prod(t.shape) for t in outs if isinstance(t, torch.Tensor))
 
 
 def _halve(value: Const, index: int) -> Const:
@@ -109,7 +131,8 @@ def _slots(values: dict[str, Const]) -> list[tuple[int, str, int]]:
 
 
 def shrink_source(source: str, max_elements: int, max_steps: int = 64) -> Shrunk:
-    """Halve constants until every input has at most `max_elements` elements (see module doc)."""
+    """Halve constants until every input has at most `max_elements` elements, and the outputs
+    at most `max_elements * OUTPUT_SHARE` (see module doc)."""
     sizes, namespace = _sizes(source)
     if not sizes or max(sizes) <= max_elements:
         return Shrunk(source, largest=max(sizes, default=0))

@@ -1,5 +1,6 @@
-"""bench/shrink.py: inputs shrink to the budget; with COUNT_WEIGHTS the weights do too, and
-list-valued size constants (level 3's `layer_sizes = [...]`) shrink and stay lists."""
+"""bench/shrink.py: inputs shrink to the budget; with COUNT_WEIGHTS the weights do too; the
+outputs always fit OUTPUT_SHARE times the budget; and list-valued size constants (level 3's
+`layer_sizes = [...]`) shrink and stay lists."""
 
 from __future__ import annotations
 
@@ -68,7 +69,47 @@ def test_weights_counted_and_lists_shrunk() -> None:
     assert shrunk.fits and "layer_sizes" in shrunk.changed
     assert "layer_sizes = [" in shrunk.source  # still a list: `[input_size] + layer_sizes`
     sizes, _ = SHRINK._sizes(shrunk.source)
-    assert sizes[-1] <= 1 << 20  # the weights, all together
+    assert sizes[-2] <= 1 << 20  # the weights, all together (the outputs' share is last)
+
+
+UPSAMPLE = '''import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(cin, cout, kernel_size=4, stride=4)
+
+    def forward(self, x):
+        return self.up(x)
+
+
+batch_size = 8
+in_channels = 4
+out_channels = 64
+size = 64
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, size, size)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels]
+'''
+
+
+def test_outputs_many_times_the_input_are_shrunk_too() -> None:
+    """An input of 131k elements fits 1M, but its transposed conv's 33.5M outputs are over
+    16 x 1M: shrinking goes on until the outputs fit their share."""
+    budget = 1 << 20
+    assert SHRINK._sizes(UPSAMPLE)[0][-1] > budget  # the outputs' share (over 16)
+    shrunk = SHRINK.shrink_source(UPSAMPLE, budget)
+    assert shrunk.fits and shrunk.changed
+    sizes, _ = SHRINK._sizes(shrunk.source)
+    assert sizes[-1] <= budget
+    assert sizes[0] <= 8 * 4 * 64 * 64  # the input never grows
 
 
 ITEM = '''import torch

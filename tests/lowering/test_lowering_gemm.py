@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -151,6 +152,24 @@ class TestChooser:
         found = matmulblock.candidates(g)
         assert found and all(matmulblock.live_bytes(g, c.bm, c.bn) <= matmulblock.LIVE_BUDGET
                              for c in found)
+
+    def test_rows_broadcast_once_count_against_the_blocks(self) -> None:
+        """Two [4096] parameter rows broadcast once per kernel hold 64 KiB of every
+        partition for the whole run (each its [1, N] row and its [128, N] broadcast): the
+        blocks are chosen within what is left. KernelBench level 2 37 (Linear 1024 -> 4096,
+        swish, a bias, GroupNorm) failed to compile without it: sbuf-capacity."""
+        source = module_source(
+            "torch.sigmoid(self.fc(x)) + self.bias",
+            init="        self.fc = nn.Linear(1024, 4096)\n"
+                 "        self.bias = nn.Parameter(torch.randn(4096))")
+        kernel = lower_ok(make_task(source, [(512, 1024)])).source
+        found = re.search(r"# blocked (\d+)x(\d+):", kernel)
+        assert found, kernel
+        g = Gemm(512, 1024, 4096, False, True, 4, 4)
+        held = 2 * 2 * 4096 * 4
+        assert "bias on every partition, broadcast once" in kernel
+        assert (matmulblock.live_bytes(g, int(found[1]), int(found[2])) + held
+                <= matmulblock.LIVE_BUDGET)
 
     def test_two_chained_linears_over_a_long_k_run_on_the_simulator(self) -> None:
         source = module_source(

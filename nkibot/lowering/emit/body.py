@@ -67,6 +67,25 @@ def literal(value: Arg) -> str:
     return repr(number)
 
 
+def _hoistable(res: Resolved, pl: Placement, name: str) -> bool:
+    """Whether leaf `name` is a whole parameter row (at most HOISTED_ROW elements, outside
+    a middle-dim frame) that `TileEmitter.broadcast_once` keeps on every partition."""
+    view = res.views.get(name)
+    frame = pl.frame
+    return (view is not None and pl.kinds.get(name) == COL and not pl.outer_varies.get(name)
+            and not frame.perm and not view.sliced and not view.transposed
+            and math.prod(view.leaf.shape) == frame.cols and frame.cols <= HOISTED_ROW)
+
+
+def hoisted_bytes(res: Resolved, pl: Placement) -> int:
+    """SBUF bytes per partition the rows `broadcast_once` may hold for the whole kernel: per
+    row, the loaded [1, N] row (partition 0) and its [128, N] broadcast, both fp32. An
+    upper bound (a row read only by a non-full tile is not hoisted); a form that keeps
+    tiles resident counts it against its budget."""
+    rows = {n for n in res.views if _hoistable(res, pl, n)}
+    return len(rows) * 2 * pl.frame.cols * 4
+
+
 @dataclass
 class TileEmitter:
     """Computes graph values for one tile `[p, q]` at rows r0 / columns c0 of batch o."""
@@ -148,9 +167,7 @@ class TileEmitter:
         view = self.res.views.get(name)
         frame = self.pl.frame
         if (view is None or self.hoist is None or self.final or target_kind != FULL
-                or self.pl.kinds[name] != COL or self.pl.outer_varies[name] or frame.perm
-                or view.sliced or view.transposed or math.prod(view.leaf.shape) != frame.cols
-                or frame.cols > HOISTED_ROW):
+                or not _hoistable(self.res, self.pl, name)):
             return ""
         key = f"row:{name}"
         if key not in self.consts:

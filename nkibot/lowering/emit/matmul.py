@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from nkibot.lowering.emit import matmulblock
-from nkibot.lowering.emit.body import TileEmitter
+from nkibot.lowering.emit.body import TileEmitter, hoisted_bytes
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, Names, emit_grid, nl_dtype
 from nkibot.lowering.emit.matmulblock import Gemm
 from nkibot.lowering.emit.rowwise import Kernel, Output, view_definition
@@ -154,13 +154,13 @@ def _row_reductions(res: Resolved, pl: Placement, n: int) -> bool:
     return bool(reduces)
 
 
-def _emit_blocked(kernel: Kernel, res: Resolved, out: tuple[object, str, Output], gemm: Gemm,
+def _emit_blocked(kernel: Kernel, res: Resolved, out: tuple[Placement, str, Output], gemm: Gemm,
                   compute: str, views: tuple[str, str, int, bool, bool]) -> bool:
     """The blocked form (matmulblock.py) when its blocks fit SBUF and no other tiling is
     forced: the best block sizes by its modelled time; the next best and the old panel
     or stream form (the traffic proxy's pick) become variants for the optimize phase."""
     forced = kernel.choices.get("matmul")
-    blocked = matmulblock.candidates(gemm)
+    blocked = matmulblock.candidates(gemm, hoisted_bytes(res, out[0]))
     pick = [c for c in blocked if c.name == forced] or blocked[:1]
     if not pick or (forced is not None and not forced.startswith("blocked")):
         return False

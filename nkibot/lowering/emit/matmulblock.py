@@ -119,13 +119,15 @@ def live_bytes(g: Gemm, bm: int, bn: int) -> int:
             + (2 * g.k if staged else 0)) * g.itemsize
 
 
-def candidates(g: Gemm) -> list[Blocks]:
+def candidates(g: Gemm, held: int = 0) -> list[Blocks]:
     """Every (BM, BN) that fits BLOCK_BUDGET, and whose peak (`live_bytes`) fits
-    LIVE_BUDGET, best (lowest modelled ns) first."""
+    LIVE_BUDGET less `held`, the bytes per partition the kernel keeps for its whole run
+    (its epilogue's parameter rows broadcast once), best (lowest modelled ns) first."""
     bms = sorted({min(g.rows, PMAX * 2 ** i) for i in range(6)})
     bns = sorted({min(g.n, NMAX * 2 ** i) for i in range(4)})
     found = [Blocks(bm, bn, modelled_ns(g, bm, bn)) for bm in bms for bn in bns
-             if block_bytes(g, bm, bn) <= BLOCK_BUDGET and live_bytes(g, bm, bn) <= LIVE_BUDGET]
+             if block_bytes(g, bm, bn) <= BLOCK_BUDGET
+             and live_bytes(g, bm, bn) + held <= LIVE_BUDGET]
     return sorted(found, key=lambda b: (b.ns, -b.bm, -b.bn))
 
 
