@@ -1,7 +1,7 @@
 """Shrink a KernelBench-format task's inputs to at most N elements each, in memory.
 
-With `COUNT_WEIGHTS` the model's weights, all together, must fit N elements too; the
-forward's outputs, all together, must always fit `OUTPUT_SHARE` times N.
+With `COUNT_WEIGHTS` the model's weights, all together, must fit N elements too (else
+`OUTPUT_SHARE` times N); the forward's outputs, all together, must fit `OUTPUT_SHARE` times N.
 
 KernelBench level-1 inputs reach billions of elements; the CPU simulator runs a few
 million. `shrink_source` halves the file's top-level integer constants (`batch_size = 16`,
@@ -77,7 +77,9 @@ ENTRY = "Model"
 #: 4M elements, the outputs may take 64M (256 MiB in fp32, half the simulator's 512 MiB
 #: budget). A transposed conv's output is many times its input (KernelBench level 2 100:
 #: 4M input elements become 434M output elements, 1.6 GiB), and inputs alone left it too
-#: big to simulate. A forward that fails on the meta device counts no outputs.
+#: big to simulate. A forward that fails on the meta device counts no outputs. Without
+#: COUNT_WEIGHTS the weights, all together, get the same share (level 2 55's 32768 x 32768
+#: Linear, 4 GiB, is over the sandbox's file-size limit).
 OUTPUT_SHARE = 16
 
 
@@ -93,8 +95,9 @@ def _sizes(source: str) -> tuple[list[int], dict[str, Any]]:
         if sizes and callable(namespace.get(ENTRY)):
             get_init = namespace.get("get_init_inputs")
             model = _build(namespace[ENTRY], list(get_init() if callable(get_init) else []))
-            if COUNT_WEIGHTS and isinstance(model, torch.nn.Module):
-                sizes.append(sum(math.prod(t.shape) for t in model.state_dict().values()))
+            if isinstance(model, torch.nn.Module):
+                weights = sum(math.prod(t.shape) for t in model.state_dict().values())
+                sizes.append(weights if COUNT_WEIGHTS else -(-weights // OUTPUT_SHARE))
             sizes.append(-(-_output_elements(model, values) // OUTPUT_SHARE))
     return sizes, namespace
 

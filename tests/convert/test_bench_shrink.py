@@ -1,5 +1,5 @@
-"""bench/shrink.py: inputs shrink to the budget; with COUNT_WEIGHTS the weights do too; the
-outputs always fit OUTPUT_SHARE times the budget; and list-valued size constants (level 3's
+"""bench/shrink.py: inputs shrink to the budget; with COUNT_WEIGHTS the weights do too, else
+they fit OUTPUT_SHARE times the budget, as the outputs always do; and list-valued size constants (level 3's
 `layer_sizes = [...]`) shrink and stay lists."""
 
 from __future__ import annotations
@@ -58,9 +58,15 @@ def count_weights(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SHRINK, "COUNT_WEIGHTS", True)
 
 
-def test_inputs_only_by_default() -> None:
+def test_weights_get_a_share_by_default() -> None:
+    """Without COUNT_WEIGHTS the 29M weights must fit OUTPUT_SHARE (16) times the bound:
+    at 4M nothing changes (the 4 x 2048 input fits); at 1M the layers shrink, less than
+    when the weights must fit the bound itself."""
+    assert SHRINK.shrink_source(MLP, 1 << 22).changed == {}
     shrunk = SHRINK.shrink_source(MLP, 1 << 20)
-    assert shrunk.fits and shrunk.changed == {}  # the 4 x 2048 input already fits
+    assert shrunk.fits and "layer_sizes" in shrunk.changed
+    weights = SHRINK._sizes(shrunk.source)[0][-2] * SHRINK.OUTPUT_SHARE
+    assert 1 << 20 < weights <= SHRINK.OUTPUT_SHARE << 20
 
 
 @pytest.mark.usefixtures("count_weights")
