@@ -46,7 +46,9 @@ def precise_fp() -> bool:
 def storage_dtype(dt: np.dtype[Any]) -> np.dtype[Any]:
     """The dtype an allocation of `dt` is stored in: float32 for low-precision floats
     when NKI_PRECISE_FP=0, else `dt` itself."""
-    if not precise_fp() and any(dt == lp for lp in LOW_PRECISION):
+    # The dtype test first: reading the environment costs more than an allocation's
+    # other bookkeeping, and only low-precision dtypes depend on it.
+    if any(dt == lp for lp in LOW_PRECISION) and not precise_fp():
         return float32
     return dt
 
@@ -86,10 +88,20 @@ def mx_name(dt: np.dtype[Any]) -> str | None:
     return tag if tag in MX_ELEMENT else None
 
 
+#: `name` of dtypes without metadata, filled as they are met: NumPy computes `dtype.name`
+#: in Python (~4 µs), and checks ask for it at every allocation and matmul.
+_NAMES: dict[np.dtype[Any], str] = {}
+
+
 def name(dt: np.dtype[Any]) -> str:
-    if dt.metadata is not None and "nki" in dt.metadata:
-        return str(dt.metadata["nki"])
-    return "bool_" if dt == bool_ else str(dt.name)
+    if dt.metadata is not None:  # tagged dtypes compare equal to their storage dtype
+        if "nki" in dt.metadata:
+            return str(dt.metadata["nki"])
+        return "bool_" if dt == bool_ else str(dt.name)
+    found = _NAMES.get(dt)
+    if found is None:
+        found = _NAMES[dt] = "bool_" if dt == bool_ else str(dt.name)
+    return found
 
 
 def normalize(dtype: Any, what: str = "dtype") -> np.dtype[Any]:

@@ -26,7 +26,7 @@ from nkibot.sim.indirect import (
 )
 from nkibot.sim.opaque import numpy_refused, ufunc_name, values_refused
 from nkibot.sim.state import LOCAL
-from nkibot.sim.storage import PMAX, Handle, MemoryRegion, Stored, handle, values
+from nkibot.sim.storage import ON_CHIP, PMAX, Handle, MemoryRegion, Stored, handle, values
 from nkibot.sim.views import access_pattern, check_partition_step
 
 __all__ = ["PMAX", "DynSlice", "MemoryRegion", "NkiTensor"]
@@ -111,19 +111,26 @@ class NkiTensor(Stored):
 
     def _np_key(self, key: Any) -> tuple[Any, ...]:
         keys = key if isinstance(key, tuple) else (key,)
-        explicit = sum(1 for k in keys if k is not Ellipsis)
-        if explicit > len(self.shape):
-            raise fail("out-of-bounds", f"{explicit} indices into {self.describe()}")
-        expanded: list[Any] = []
+        shape = self.shape
+        explicit = len(keys)
         for k in keys:
             if k is Ellipsis:
-                expanded.extend([slice(None)] * (len(self.shape) - explicit))
+                explicit -= 1
+        if explicit > len(shape):
+            raise fail("out-of-bounds", f"{explicit} indices into {self.describe()}")
+        on_chip = self.buffer in ON_CHIP
+        out: list[Any] = []
+        for k in keys:
+            if k is Ellipsis:
+                for _ in range(len(shape) - explicit):
+                    out.append(self._dim_key(len(out), slice(None), on_chip))
             else:
-                expanded.append(k)
-        expanded.extend([slice(None)] * (len(self.shape) - len(expanded)))
-        return tuple(self._dim_key(dim, k) for dim, k in enumerate(expanded))
+                out.append(self._dim_key(len(out), k, on_chip))
+        while len(out) < len(shape):
+            out.append(self._dim_key(len(out), slice(None), on_chip))
+        return tuple(out)
 
-    def _dim_key(self, dim: int, k: Any) -> Any:
+    def _dim_key(self, dim: int, k: Any, on_chip: bool) -> Any:
         size = self.shape[dim]
         if isinstance(k, DynSlice):
             k = k.as_slice()
@@ -131,8 +138,10 @@ class NkiTensor(Stored):
             step = 1 if k.step is None else operator.index(k.step)
             start = 0 if k.start is None else operator.index(k.start)
             stop = size if k.stop is None else operator.index(k.stop)
-            start = start + size if start < 0 else start
-            stop = stop + size if stop < 0 else stop
+            if start < 0:
+                start += size
+            if stop < 0:
+                stop += size
             if step < 1 or not 0 <= start < stop <= size:
                 raise fail("out-of-bounds", f"slice {start}:{stop}:{step} on dim {dim} of size "
                                             f"{size} of {self.describe()}")
@@ -147,7 +156,7 @@ class NkiTensor(Stored):
         if not 0 <= i < size:
             raise fail("out-of-bounds",
                        f"index {i} on dim {dim} of size {size} of {self.describe()}")
-        return slice(i, i + 1) if dim == 0 and self.on_chip else i
+        return slice(i, i + 1) if dim == 0 and on_chip else i
 
     # ---- views ----------------------------------------------------------------------
     def reshape(self, *shape: Any) -> NkiTensor:

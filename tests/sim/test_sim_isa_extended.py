@@ -56,6 +56,22 @@ def test_tensor_tensor_scan_is_a_linear_recurrence(nki: ModuleType, k2: ModuleTy
     np.testing.assert_allclose(run(nki, k2.scan_kernel, a, b), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_tensor_tensor_scan_of_unit_data0_is_the_fp32_running_sum_bit_for_bit(
+        nki: ModuleType, k2: ModuleType, rng: np.random.Generator) -> None:
+    """data0 = 1 (a cumulative sum) gives the column-by-column fp32 loop's exact bits."""
+    a = np.ones((128, 64), F32)
+    b = rng.standard_normal((128, 64), dtype=F32) * F32(1e4)
+    b[:, 5] = -0.0
+    b[3, 7], b[4, 9], b[5, 11], b[6, 13] = np.nan, np.inf, -np.inf, 3e38
+    ref = np.zeros_like(a)
+    prev = np.zeros(128, F32)
+    for i in range(64):
+        prev = prev * a[:, i] + b[:, i]
+        ref[:, i] = prev
+    got = run(nki, k2.scan_kernel, a, b)
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
 def test_tensor_scalar_cumulative_is_a_running_sum(nki: ModuleType, k2: ModuleType,
                                                    rng: np.random.Generator) -> None:
     a = rng.standard_normal((64, 100), dtype=F32)

@@ -64,14 +64,36 @@ def tensor_tensor_scan(dst: NkiTensor, data0: NkiTensor, data1: NkiTensor, initi
     b = read(data1).reshape(parts, n)
     prev = np.broadcast_to(scalar_operand(initial, data0, opname, "initial"),
                            (parts, 1)).reshape(parts).astype(np.float32)
-    out = np.empty((parts, n), np.float32)
     f0, f1 = ops.binary(n0), ops.binary(n1)
-    for i in range(n):
-        t = f0(prev, a[:, i]) if reverse0 else f0(a[:, i], prev)
-        prev = (f1(b[:, i], t) if reverse1 else f1(t, b[:, i])).astype(np.float32)
-        out[:, i] = prev
+    if n0 == "multiply" and n1 in _ACCUMULATE and not reverse1 and bool(np.all(a == 1)):
+        out = _accumulate(f1, prev, b)
+    else:
+        out = np.empty((parts, n), np.float32)
+        for i in range(n):
+            t = f0(prev, a[:, i]) if reverse0 else f0(a[:, i], prev)
+            prev = (f1(b[:, i], t) if reverse1 else f1(t, b[:, i])).astype(np.float32)
+            out[:, i] = prev
     write(dst, out, opname)
     count("vector", dst.size)
+
+
+#: op1s whose ufunc `accumulate` is the scan's own loop: IEEE-exact operations, so the
+#: order NumPy evaluates them in cannot change a bit (maximum/minimum's SIMD and scalar
+#: loops may differ on signed zeros, so they keep the loop).
+_ACCUMULATE = ("add", "subtract", "multiply")
+
+
+def _accumulate(f1: Any, prev: Arr, b: Arr) -> Arr:
+    """The scan when op0 is a multiply by data0 = 1 (a cumulative sum or product).
+
+    `1 * x` is `x` exactly (NaN, inf and -0 included), so result[:, i] =
+    f1(result[:, i-1], data1[:, i]) from the initial value: `f1.accumulate` over
+    [initial, data1...], in fp32 and in order, as the element loop computes it (one NumPy
+    call instead of one per column; the cumsum lowering's whole-row scans).
+    """
+    seq = np.concatenate([prev.reshape(-1, 1), b], axis=1)
+    out: Arr = f1.accumulate(seq, axis=1, dtype=np.float32)
+    return out[:, 1:]
 
 
 _CUMULATIVE = ("add", "subtract", "multiply", "maximum", "minimum")
