@@ -34,15 +34,15 @@ def region(buffer: Any) -> MemoryRegion:
 def allocate(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str = "",
              fill: Any = None) -> NkiTensor:
     """A new tensor filled with NaN (floats) or 4 (ints) unless `fill` is given."""
-    shp = tuple(operator.index(s) for s in (shape if isinstance(shape, tuple | list) else
-                                             (shape,)))
+    shp = tuple([operator.index(s) for s in (shape if isinstance(shape, tuple | list) else
+                                              (shape,))])
     dt = dtypes.normalize(dtype)
     reg = region(buffer)
     st = current()
     if dtypes.name(dt) in targets.MX_DTYPE_NAMES and not targets.rule("mx_dtypes", st.target):
         raise fail("dtype-illegal", f"{dtypes.name(dt)} exists on NeuronCore-v4 (trn3) only, "
                                     f"not {st.target} ({targets.cite('mx_dtypes')})")
-    if any(s < 1 for s in shp) or not shp:
+    if not shp or min(shp) < 1:
         raise fail("out-of-bounds", f"allocation shape {list(shp)} must be non-empty and positive")
     if reg is MemoryRegion.shared_hbm and st.shared_cursor < len(st.shared):
         return _shared_reuse(st.shared, st, shp, dt)
