@@ -3,6 +3,8 @@ groups, depthwise, pointwise, transposed; aligned and ragged shapes; fp32 and bf
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from nkibot.verify.guards import static_check
@@ -67,6 +69,11 @@ CONVS = {
     "banded2d": ("nn.Conv2d(3, 8, 5, stride=2, padding=3)", (1, 3, 190, 181)),
     "banded3d": ("nn.Conv3d(2, 4, 3, padding=1)", (1, 2, 20, 60, 30)),
     "banded_tconv2d": ("nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1)", (1, 2, 90, 100)),
+    # one output row of dim 0 over the budget too: bands of rows of dim 1 as well (3 x 102 x
+    # 112 plane rows; bands of 52 and a ragged 48 rows of dim 1), as KernelBench level 2 43
+    # and 13 (transposed, stride 1)
+    "banded3d_two_dims": ("nn.Conv3d(2, 4, 3, padding=1)", (1, 2, 2, 100, 110)),
+    "banded_tconv3d_two_dims": ("nn.ConvTranspose3d(4, 3, 3, padding=1)", (2, 4, 2, 100, 110)),
     # partial folds: 4 of 7 taps (a ragged last block of 3) on 128 rows, as KernelBench 78
     "tconv2d_cin32_k7": ("nn.ConvTranspose2d(32, 6, (3, 7), padding=(1, 3))", (1, 32, 9, 13)),
     "conv2d_cin20_k5_dilated": ("nn.Conv2d(20, 5, (5, 3), padding=(3, 1), dilation=(2, 3))",
@@ -159,6 +166,18 @@ class TestConvSource:
         lowered = lower_ok(conv_task("banded3d_cin3"))
         assert "def conv_band" in lowered.source and "w_sb[0:81," in lowered.source
 
+
+    @pytest.mark.parametrize("name", ["banded3d_two_dims", "banded_tconv3d_two_dims"])
+    def test_one_output_row_over_the_budget_bands_dim_1_too(self, name: str) -> None:
+        """One output row of dim 0 reads 3 x 102 x 112 elements, over the budget: each slab
+        is one output row of dim 0 x a band of rows of dim 1 (its halo included), every band
+        pair one static call; the tiles store at both bands' offsets."""
+        source = lower_ok(conv_task(name)).source
+        assert "bands of 1 output row of dim 0 x 52 of dim 1" in source
+        assert "def conv_band(x_v, w_sb, b_v, out_v, n, g, z0, rows, y0, cols):" in source
+        assert "nl.ds(z0 + s00, s0sz), nl.ds(y0 + s10, s1sz), nl.ds(s20, s2sz)" in source
+        calls = re.findall(r"^ +conv_band\w*\(x_v, ", source, re.MULTILINE)
+        assert len(calls) == 2 * 2  # 2 output rows of dim 0 x 2 bands of dim 1
 
     def test_few_output_channels_stack_output_rows_on_the_columns(self) -> None:
         """16 output channels: 2 rows of the band fill 32 columns, each stored as every 2nd

@@ -109,8 +109,10 @@ def out_tiles(spec: ConvSpec) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def check(spec: ConvSpec, dtype: str) -> tuple[int, int] | None:
-    """None when the whole plane fits SBUF, else (output rows per band, per tile)."""
+def check(spec: ConvSpec, dtype: str) -> tuple[tuple[int, int], ...] | None:
+    """None when the whole plane fits SBUF, else the slabs: per banded leading dim, (output
+    rows per band, per tile). One banded dim when a band of dim 0 with the full extent of the
+    others fits; else two, a band of rows of dim 1 too (a 3-D conv with large H x W planes)."""
     if spec.cin_g > PMAX:
         raise LayoutError(f"convolution with {spec.cin_g} input channels per group (the "
                           f"contraction is tiled up to {PMAX})")
@@ -124,13 +126,36 @@ def check(spec: ConvSpec, dtype: str) -> tuple[int, int] | None:
     while t0 > 1 and slab_rows(d0, t0) * rest > room:
         t0 = max(1, t0 // 2)
     if slab_rows(d0, t0) * rest > room:
+        if len(spec.dims) > 1:
+            return (1, 1), _second_band(spec, room)
         raise LayoutError(f"convolution plane of {plane} elements per partition exceeds the "
                           f"SBUF budget ({PLANE_BUDGET // 1024} KiB) even one output row at a "
                           "time")
     rows = t0
     while rows + t0 <= min(d0.size_out, BAND_ROWS) and slab_rows(d0, rows + t0) * rest <= room:
         rows += t0
-    return rows, t0
+    return ((rows, t0),)
+
+
+def _second_band(spec: ConvSpec, room: int) -> tuple[int, int]:
+    """(output rows per band, per tile) of dim 1 under bands of one output row of dim 0:
+    whole tiles, in the fewest bands that fit, of equal rows (fewer bands, fewer calls and
+    halo loads)."""
+    d0, d1 = spec.dims[0], spec.dims[1]
+    rest = slab_rows(d0, 1) * math.prod(d.plane for d in spec.dims[2:])
+    t1 = out_tiles(spec)[1]
+    while t1 > 1 and slab_rows(d1, t1) * rest > room:
+        t1 = max(1, t1 // 2)
+    if slab_rows(d1, t1) * rest > room:
+        raise LayoutError(f"convolution plane of {math.prod(d.plane for d in spec.dims)} "
+                          f"elements per partition exceeds the SBUF budget "
+                          f"({PLANE_BUDGET // 1024} KiB) even one output row of its first two "
+                          "dims at a time")
+    rows = t1
+    while rows + t1 <= d1.size_out and slab_rows(d1, rows + t1) * rest <= room:
+        rows += t1
+    bands = -(-d1.size_out // rows)
+    return -(-d1.size_out // bands // t1) * t1, t1
 
 
 def slab_rows(d: Dim, rows: int) -> int:

@@ -16,7 +16,7 @@ and output tiles; the input plane is loaded once per batch element.
 from __future__ import annotations
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
-from nkibot.lowering.emit.conv import convband, convload, convphase, depthwise
+from nkibot.lowering.emit.conv import convband, convload, convphase, convslab, depthwise
 from nkibot.lowering.emit.conv.epilogue import (
     EVICT_ACT,
     Epilogue,
@@ -32,11 +32,9 @@ from nkibot.lowering.schedule.convfold import Fold, grouped
 from nkibot.lowering.schedule.convspec import (
     PLANE_BUDGET,
     ConvSpec,
-    Dim,
     check,
     conv_spec,
     out_tiles,
-    slab_rows,
 )
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
 
@@ -120,49 +118,25 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     fold = convfold.choose(spec, elem)
     if slab is None and epi is None:
         fold = bandfold.choose(spec, fold, elem, PLANE_BUDGET // 4)
-    tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype, slab is not None,
-                                fold, epi)
+    tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype,
+                                len(slab) if slab else 0, fold, epi)
     pair = epi is not None and epi.norm is not None
     resid = epi.residual if epi is not None else None
     if slab is not None:
-        sizes = {min(slab[0], spec.dims[0].size_out - z0)
-                 for z0 in range(0, spec.dims[0].size_out, slab[0])}
-        bands = {zsz: _emit_slab_helper(kernel, spec, bias is not None, tile_fn, compute,
-                                        (zsz, slab[1]), fold, resid is not None)
-                 for zsz in sorted(sizes)}
-        _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab[0], fold, pair, resid)
+        bands = convslab.emit_helpers(kernel, spec, slab, bias is not None, tile_fn, compute,
+                                      fold, resid is not None)
+        _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab, fold, pair, resid)
     else:
-        _emit_body(kernel, spec, x, w, bias, out, {0: tile_fn}, compute, None, fold, pair,
+        _emit_body(kernel, spec, x, w, bias, out, {(): tile_fn}, compute, None, fold, pair,
                    resid)
 
-
-def _outs(resid: bool) -> str:
-    """The output view, and the residual's view when the eviction adds one."""
-    return "out_v, r_v" if resid else "out_v"
-
-
-def _emit_bands(body: Block, spec: ConvSpec, rows: int, has_bias: bool,
-                bands: dict[int, str], fold: Fold, resid: bool = False) -> None:
-    """Bands of `rows` output rows, each loading the input rows it reads (per row shift
-    u0 of the fold: first input row, count, band row); closes the batch and group loops
-    the caller opened."""
-    d0 = spec.dims[0]
-    body.comment(f"bands of {rows} output rows; each loads the input rows it reads")
-    head = "x_v, w_sb, " + ("b_v, " if has_bias else "") + _outs(resid) + ", n, g"
-    for z0 in range(0, d0.size_out, rows):
-        zsz = min(rows, d0.size_out - z0)
-        shifts = tuple(convfold.shifted(_band(d0, z0, zsz), d0, u0 * d0.dil)
-                       for u0 in range(fold.sizes[0]))
-        body.line(f"{bands[zsz]}({head}, {z0}, {shifts!r})")
-    body.dedent()
-    body.dedent()
 
 def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
                     tile_fn: str, resid: bool = False) -> None:
     """The output tiles over the loaded plane x_sb (channels x positions); closes the batch
     and group loops the caller opened."""
     sp = _sp(spec)
-    params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + _outs(resid) + ", n, g"
+    params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + convload.out_views(resid) + ", n, g"
     if fold.rows > 1:
         convband.emit_tile_grid(body, spec, fold, out_tiles(grouped(spec, fold)), params, tile_fn)
     else:
@@ -172,14 +146,6 @@ def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
         emit_grid(body, axes, f"{tile_fn}({params}, {fields})", "affine_range")
     body.dedent()
     body.dedent()
-
-
-def _band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
-    """(first input row, count, slab row it lands on) for output rows z0..z0+zsz."""
-    lo, hi = z0 * d.step, z0 * d.step + slab_rows(d, zsz)
-    first = max(0, -((d.lead - lo) // d.up))
-    last = min(d.size_in - 1, (hi - 1 - d.lead) // d.up)
-    return first, max(0, last - first + 1), first * d.up + d.lead - lo
 
 
 def _sp(spec: ConvSpec) -> list[str]:
@@ -198,10 +164,10 @@ def _fold_note(spec: ConvSpec, fold: Fold) -> str:
 
 
 def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None, out: Output,
-               fns: dict[int, str], compute: str, slab: int | None, fold: Fold,
-               pair: bool = False, resid: str | None = None) -> None:
+               fns: dict[tuple[int, ...], str], compute: str, slab: convslab.Slab | None,
+               fold: Fold, pair: bool = False, resid: str | None = None) -> None:
     """Weights, then per batch element the plane (or its bands) and the output tiles;
-    `fns` maps each band's row count to its helper (no bands: 0 to the tile helper)."""
+    `fns` maps each band's row counts to its helper (no bands: () to the tile helper)."""
     body = kernel.body
     convload.emit_views(body, spec, x, w, bias, out, pair)
     if resid is not None:
@@ -215,14 +181,16 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
     if slab is not None:
-        _emit_bands(body, spec, slab, bias is not None, fns, fold, resid is not None)
+        head = "x_v, w_sb, " + ("b_v, " if bias is not None else "") + convload.out_views(
+            resid is not None) + ", n, g"
+        convslab.emit_bands(body, spec, slab, head, fns, fold)
         return
     convload.emit_plane(body, spec, fold, compute)
-    _emit_tile_grid(body, spec, fold, bias is not None, fns[0], resid is not None)
+    _emit_tile_grid(body, spec, fold, bias is not None, fns[()], resid is not None)
 
 
 def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
-                      banded: bool, fold: Fold, epi: Epilogue | None = None) -> str:
+                      banded: int, fold: Fold, epi: Epilogue | None = None) -> str:
     fn = kernel.names.fresh("conv_tile")
     blk = Block(depth=1)
     sp = _sp(spec)
@@ -234,7 +202,8 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
                     "a ragged fold contracts only its valid blocks)" if fold.blocks > 1 else ""))
     _emit_matmuls(blk, spec, fold, [], spec.cin_g * fold.blocks)
     blk.line(f"res = nl.ndarray((csz, {sizes}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
-    index = [f"nl.ds({'z0 + ' if banded and i == 0 else ''}{v}0, {v}sz)"
+    starts = convslab.band_starts(banded)  # a slab's tiles are relative to its first rows
+    index = [f"nl.ds({starts[i] + ' + ' if i < banded else ''}{v}0, {v}sz)"
              for i, v in enumerate(sp)]
     if epi is not None:
         if fold.rows > 1:
@@ -252,8 +221,8 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {', '.join(index)}], res)")
     args = ", ".join(f"{v}0, {v}sz" for v in sp) + (", rlast" if fold.rows > 1 else "")
     resid = epi is not None and epi.residual is not None
-    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + _outs(resid) + ", n, g" + (
-        ", z0" if banded else "")
+    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + convload.out_views(resid) + ", n, g" + (
+        "".join(f", {z}" for z in starts))
     kernel.helpers.append([
         f"def {fn}({head}, c0, csz, {args}):",
         '    """Output channels c0..c0+csz (of group g) at one tile of output positions."""',
@@ -329,62 +298,3 @@ def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: i
         _emit_matmuls(blk, spec, fold, [*ks, "0"], rows)
     if fold.ragged(i):
         _emit_matmuls(blk, spec, fold, [*ks, str(j - 1)], rows // f * (taps - (j - 1) * f))
-
-
-def _band_block(blk: Block, spec: ConvSpec, part: str, u: tuple[int, ...], slab: int,
-                compute: str) -> None:
-    """Block u of a band: zero what it reads and no input covers, then load its rows."""
-    d0, rest = spec.dims[0], spec.dims[1:]
-    placed = [d.placed() for d in rest]
-    here = convfold.block_slices(rest, placed, u[1:])
-    if here is None or d0.up > 1:
-        convload.zero_region(blk, part, [f"0:{slab}", *(f"0:{d.plane}" for d in rest)])
-    else:
-        whole = [f"0:{d.plane}" for d in rest]
-        for lo, hi in (("0", "j0"), ("j0 + icount", str(slab - u[0] * d0.dil))):
-            blk.line(f"if {hi} > {lo}:")
-            blk.indent()
-            convload.zero_region(blk, part, [f"{lo}:{hi}", *whole])
-            blk.dedent()
-    if here is None:
-        return
-    blk.line("if icount > 0:  # a band wholly in the padding reads no input")
-    blk.indent()
-    if d0.up == 1:
-        for region in convfold.margins(rest, [d.plane for d in rest], placed, u[1:]):
-            convload.zero_region(blk, part, ["j0:j0 + icount", *region])
-    dst, src, counts = here
-    step = f":{d0.up}" if d0.up > 1 else ""
-    convload.place_block(blk, spec, part, ([f"j0:j0 + (icount - 1) * {d0.up} + 1{step}", *dst],
-                             ["nl.ds(i0, icount)", *src], ["icount", *counts]), compute)
-    blk.dedent()
-
-
-def _emit_slab_helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: str,
-                      tiles: tuple[int, int], fold: Fold, resid: bool = False) -> str:
-    """A band of `tiles[0]` output rows from z0: load the input rows it reads, then its
-    tiles of `tiles[1]` rows."""
-    fn = kernel.names.fresh("conv_band")
-    blk = Block(depth=1)
-    d0, rest = spec.dims[0], spec.dims[1:]
-    cin = spec.cin_g
-    slab = slab_rows(d0, tiles[0])
-    plane = ", ".join([str(slab), *(str(d.plane) for d in rest)])
-    blk.line(f"x_sb = nl.ndarray(({cin * fold.blocks}, {plane}), dtype={compute}, "
-             "buffer=nl.sbuf)")
-    blk.comment("partition block u: the band shifted left by u * dilation; rows[u0] = "
-                "(first input row, count, band row); what no input covers is zeroed")
-    for b, u in enumerate(fold.offsets()):
-        blk.line(f"i0, icount, j0 = rows[{u[0]}]")
-        _band_block(blk, spec, f"{b * cin}:{(b + 1) * cin}", u, slab, compute)
-    sp = _sp(spec)
-    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + _outs(resid) + ", n, g, z0"
-    fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
-    axes = [Axis("c", spec.cout_g, PMAX), Axis(sp[0], tiles[0], tiles[1])] + [
-        Axis(v, d.size_out, t) for v, d, t in zip(sp[1:], rest, out_tiles(spec)[1:], strict=True)]
-    emit_grid(blk, axes, f"{tile_fn}({params}, {fields})", "affine_range")
-    head = "x_v, w_sb, " + ("b_v, " if bias else "") + _outs(resid) + ", n, g"
-    kernel.helpers.append([f"def {fn}({head}, z0, rows):",
-                           f'    """Output rows z0..z0+{tiles[0]}, band-relative tiles."""',
-                           *blk.lines])
-    return fn

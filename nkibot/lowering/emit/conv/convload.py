@@ -13,6 +13,11 @@ from nkibot.lowering.schedule.convspec import ConvSpec
 from nkibot.lowering.schedule.phasefold import Phase, PhaseDim
 
 
+def out_views(resid: bool) -> str:
+    """The output view, and the residual's view when the eviction adds one."""
+    return "out_v, r_v" if resid else "out_v"
+
+
 def emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
                out: Output, pair: bool = False) -> None:
     """The HBM views: weights [groups, Cin/g, Cout/g, K...], bias, input and output."""
