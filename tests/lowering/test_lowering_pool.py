@@ -184,4 +184,16 @@ def test_band_over_the_tile_budget_is_one_output_row() -> None:
 
     op = Op("p", "pool", (), (1, 2, 16, 32, 32), "float32", "",
             (("kind", "avg"), ("kernel", (2, 2, 2)), ("stride", (2, 2, 2))))
-    assert _fitting_bands(pool_dims(op, (1, 2, 32, 64, 64)), "avg") == 16
+    assert _fitting_bands(pool_dims(op, (1, 2, 32, 64, 64)), "avg") == (16, 1)
+
+
+def test_output_row_over_the_row_limit_bands_dim_1_too() -> None:
+    """MaxPool3d(2) over 160 x 160 planes (as KernelBench level 2 43 after its conv): one
+    output row of dim 0 reads 2 x 160 x 160 fp32 (200 KiB, over the row limit), so dim 1's
+    output rows run in bands too, each loading its 2 x 2k x 160 slab."""
+    task = make_task(module_source("self.pool(x)", init="        self.pool = nn.MaxPool3d(2)"),
+                     [(1, 2, 4, 160, 160)])
+    source = lower_ok(task).source
+    assert "def pool_rows(x_v, out_v, r0, p, b0, y0):" in source
+    assert "bands of 1 output rows of dim 0 x" in source
+    check_on_sim(task)

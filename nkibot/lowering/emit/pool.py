@@ -106,18 +106,20 @@ def emit_pool(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
                           "(their divisor shrinks)")
     rows = shape[0] * shape[1]
     per_row = _row_bytes(dims, kind)
+    cols = 1  # bands of dim 1 too: one output row of dim 0 is over ROW_LIMIT
     if per_row > TILE_BUDGET:  # the plane does not fit whole: dim 0 in bands that do
-        g, bands = 1, _fitting_bands(dims, kind)
+        g, (bands, cols) = 1, _fitting_bands(dims, kind)
     else:
         g = _rows_per_partition(rows, per_row)
         bands = _bands(-(-rows // g // PMAX), dims, g)
-    tile_dims = dims if bands == 1 else _banded(dims, bands)
+    tile_dims = dims if bands == cols == 1 else _banded(dims, bands, cols)
     body = kernel.body
     if bands > 1 and _padded(dims):
         _emit_padded_bands(kernel, (x, outputs[0]), dims, bands, op, per_row)
         return
     tile_fn = _emit_tile(kernel, tile_dims, kind, op, outputs[0].dtype, g,
-                         dims[0].step if bands > 1 else 0)
+                         dims[0].step if bands > 1 or cols > 1 else 0,
+                         col_step=dims[1].step if cols > 1 else 0)
     body.comment(f"{op.origin}: batch x channels on partitions ({g} rows each), each row's "
                  "plane in the free dims")
     body.line(f"x_v = {x}.reshape(({rows // g}, {g}, "
@@ -130,18 +132,32 @@ def emit_pool(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
         return
     why = (f"a row's whole plane ({per_row} bytes) is over the {TILE_BUDGET}-byte tile budget"
            if per_row > TILE_BUDGET else "a band's passes overlap the next band's load")
+    if cols > 1:
+        body.comment(f"{bands} bands of {tile_dims[0].size_out} output rows of dim 0 x {cols} "
+                     f"bands of {tile_dims[1].size_out} of dim 1: {why}, and one output row of "
+                     f"dim 0 over the {ROW_LIMIT}-byte row limit")
+        emit_grid(body, [Axis("r", rows // g, PMAX),
+                         Axis("b", dims[0].size_out, tile_dims[0].size_out),
+                         Axis("y", dims[1].size_out, tile_dims[1].size_out)],
+                  f"{tile_fn}(x_v, out_v, {{r0}}, {{rsz}}, {{b0}}, {{y0}})", "affine_range")
+        return
     body.comment(f"{bands} bands of {tile_dims[0].size_out} output rows of dim 0: {why}")
     emit_grid(body, [Axis("r", rows // g, PMAX), Axis("b", dims[0].size_out,
                                                       tile_dims[0].size_out)],
               f"{tile_fn}(x_v, out_v, {{r0}}, {{rsz}}, {{b0}})", "affine_range")
 
 
-def _banded(dims: tuple[Dim, ...], bands: int) -> tuple[Dim, ...]:
+def _banded(dims: tuple[Dim, ...], bands: int, cols: int = 1) -> tuple[Dim, ...]:
     """The dims one band of dim 0's output rows sees (`bands` divides dim 0's output); a
-    band's dim 0 is its slab of the padded plane, so it has no padding of its own."""
+    band's dim 0 is its slab of the padded plane, so it has no padding of its own. With
+    `cols` > 1 (dividing dim 1's output), a band of dim 1's output rows likewise."""
     rows = dims[0].size_out // bands
-    return (replace(dims[0], size_in=_band_in(dims[0], rows), size_out=rows, lead=0),
-            *dims[1:])
+    out = [replace(dims[0], size_in=_band_in(dims[0], rows), size_out=rows, lead=0),
+           *dims[1:]]
+    if cols > 1:
+        rows = dims[1].size_out // cols
+        out[1] = replace(dims[1], size_in=_band_in(dims[1], rows), size_out=rows, lead=0)
+    return tuple(out)
 
 
 def _band_rows(d: Dim, z0: int, rows: int) -> tuple[int, int, int]:
@@ -192,25 +208,47 @@ def _emit_padded_bands(kernel: Kernel, io: tuple[str, Output], dims: tuple[Dim, 
         body.line(call.format(r0=full * PMAX, rsz=rem))
 
 
-def _fitting_bands(dims: tuple[Dim, ...], kind: str) -> int:
+def _fitting_bands(dims: tuple[Dim, ...], kind: str) -> tuple[int, int]:
     """Bands of dim 0's output rows for a plane over TILE_BUDGET: the fewest (a divisor of
     dim 0's output, so every band has the same rows) whose plane and passes fit TILE_BUDGET,
     else one output row a band within ROW_LIMIT (KernelBench level 2 3 failed to compile
-    with two rows a band: 128 KiB beside its LayerNorm stage's live weights); a LayoutError
-    when even one output row is over ROW_LIMIT."""
+    with two rows a band: 128 KiB beside its LayerNorm stage's live weights); with the
+    bands of dim 1 (1: none). When even one output row is over ROW_LIMIT, an unpadded plane
+    bands dim 1 too (`_column_bands`); else a LayoutError."""
     per_row = _row_bytes(dims, kind)
     out = dims[0].size_out
     counts = [b for b in range(2, out + 1) if out % b == 0]
     fits = [b for b in counts if _row_bytes(_banded(dims, b), kind) <= TILE_BUDGET]
     if fits:
-        return fits[0]
+        return fits[0], 1
     if counts and _row_bytes(_banded(dims, out), kind) <= ROW_LIMIT:
         # no band fits the tile budget: one output row a band, the least SBUF left to
         # share with what earlier stages keep live (a LayerNorm's broadcast weights)
-        return out
+        return out, 1
+    cols = _column_bands(dims, kind)
+    if cols > 1:
+        return out, cols
     one = _row_bytes(_banded(dims, out), kind) if out > 1 else per_row
     raise LayoutError(f"pooling needs {one} bytes per row in SBUF (over {ROW_LIMIT}) even "
                       "one output row of dim 0 at a time")
+
+
+def _column_bands(dims: tuple[Dim, ...], kind: str) -> int:
+    """Bands of dim 1's output rows under bands of one output row of dim 0 (a 3-D pool of
+    large H x W planes): the fewest dividing dim 1's output that fit TILE_BUDGET, else one
+    row a band within ROW_LIMIT; 1 when none does or the plane is padded (its bands load
+    by `_emit_padded_bands`, dim 0 only)."""
+    if _padded(dims) or len(dims) < 2:
+        return 1
+    out = dims[1].size_out
+    counts = [b for b in range(2, out + 1) if out % b == 0]
+    fits = [b for b in counts
+            if _row_bytes(_banded(dims, dims[0].size_out, b), kind) <= TILE_BUDGET]
+    if fits:
+        return fits[0]
+    if counts and _row_bytes(_banded(dims, dims[0].size_out, out), kind) <= ROW_LIMIT:
+        return out
+    return 1
 
 
 def _band_in(d: Dim, out_rows: int) -> int:
@@ -335,16 +373,17 @@ def _view(name: str, extents: list[int], g: int, i: int = -1, off: int = 0, step
     return f"{name}[0:p, 0:{g}, {', '.join(parts)}]"
 
 
-def _emit_load(blk: Block, dims: tuple[Dim, ...], kind: str, g: int, first: str,
+def _emit_load(blk: Block, dims: tuple[Dim, ...], kind: str, g: int, first: list[str],
                band: tuple[int, int] | None = None) -> None:
     """x_sb: the tile's planes, the input in the interior and the identity on the border.
-    `first`: dim 0's input slice (a band's, or the whole dim). `band`: (count, slab row) of
-    a padded band's dim 0, whose first input row is the helper's i0."""
+    `first`: the input slices of the leading dims (dim 0's band, or the whole dim; dim 1's
+    band too when it is banded). `band`: (count, slab row) of a padded band's dim 0, whose
+    first input row is the helper's i0."""
     if band is not None:
         _band_load(blk, dims, kind, band)
         return
     sizes = ", ".join(str(d.size_in) for d in dims)
-    whole = f"x_v[nl.ds(r0, p), 0:{g}, {', '.join([first, *(f'0:{d.size_in}' for d in dims[1:])])}]"
+    whole = f"x_v[nl.ds(r0, p), 0:{g}, {', '.join(_lead(first, dims, 'size_in'))}]"
     if not _padded(dims):
         blk.line(f"x_sb = nl.ndarray((p, {g}, {sizes}), dtype=nl.float32, buffer=nl.sbuf)")
         blk.line(f"nisa.dma_copy(dst=x_sb, src={whole})")
@@ -395,14 +434,19 @@ def _band_load(blk: Block, dims: tuple[Dim, ...], kind: str, band: tuple[int, in
 
 
 def _emit_tile(kernel: Kernel, dims: tuple[Dim, ...], kind: str, op: Op, out_dtype: str,
-               g: int, band_step: int = 0, band: tuple[int, int] | None = None) -> str:
+               g: int, band_step: int = 0, band: tuple[int, int] | None = None,
+               col_step: int = 0) -> str:
     """The tile helper; `band_step` > 0: it takes b0, the first output row of a band of
     dim 0 (input rows from b0 * band_step); `band` (count, slab row): a padded band's
-    helper, which also takes i0, its first input row of dim 0."""
+    helper, which also takes i0, its first input row of dim 0; `col_step` > 0: it takes
+    y0, the first output row of a band of dim 1 (input rows from y0 * col_step)."""
     fn = kernel.names.fresh("pool_rows")
     blk = Block(depth=1)
-    first = (f"nl.ds(b0 * {band_step}, {dims[0].size_in})", f"nl.ds(b0, {dims[0].size_out})"
-             ) if band_step else (f"0:{dims[0].size_in}", f"0:{dims[0].size_out}")
+    first = ([f"nl.ds(b0 * {band_step}, {dims[0].size_in})"], [f"nl.ds(b0, {dims[0].size_out})"]
+             ) if band_step else ([f"0:{dims[0].size_in}"], [f"0:{dims[0].size_out}"])
+    if col_step:
+        first[0].append(f"nl.ds(y0 * {col_step}, {dims[1].size_in})")
+        first[1].append(f"nl.ds(y0, {dims[1].size_out})")
     _emit_load(blk, dims, kind, g, first[0], band)
     shapes = {"x_sb": [d.plane for d in dims]}
     final = nl_dtype(out_dtype) if kind == "max" else "nl.float32"
@@ -436,9 +480,14 @@ def _emit_tile(kernel: Kernel, dims: tuple[Dim, ...], kind: str, op: Op, out_dty
                  f"scale={1.0 / float(str(divisor))!r})")
         res = "res"
     blk.line(f"nl.store(out_v[nl.ds(r0, p), 0:{g}, "
-             f"{', '.join([first[1], *(f'0:{d.size_out}' for d in dims[1:])])}], {res})")
-    params = ", b0, i0" if band else ", b0" if band_step else ""
+             f"{', '.join(_lead(first[1], dims, 'size_out'))}], {res})")
+    params = (", b0, i0" if band else ", b0" if band_step else "") + (", y0" if col_step else "")
     kernel.helpers.append([f"def {fn}(x_v, out_v, r0, p{params}):",
                            f'    """{op.origin}: rows r0..r0+p ({g} rows per partition): load '
                            'their planes once, fold dim by dim, store."""', *blk.lines])
     return fn
+
+
+def _lead(first: list[str], dims: tuple[Dim, ...], extent: str) -> list[str]:
+    """The slices of every dim: `first` for the leading (banded) ones, the rest whole."""
+    return [*first, *(f"0:{getattr(d, extent)}" for d in dims[len(first):])]
