@@ -1,6 +1,6 @@
 """bench/shrink.py: inputs shrink to the budget; with COUNT_WEIGHTS the weights do too, else
-they fit OUTPUT_SHARE times the budget, as the outputs always do; and list-valued size constants (level 3's
-`layer_sizes = [...]`) shrink and stay lists."""
+they fit OUTPUT_SHARE times the budget, as the outputs always do; and list-valued size
+constants (level 3's `layer_sizes = [...]`) shrink and stay lists."""
 
 from __future__ import annotations
 

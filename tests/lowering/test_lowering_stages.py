@@ -105,10 +105,11 @@ class TestScheduleIsReadable:
 
 
 def test_op_that_does_not_lower_alone_is_named() -> None:
-    """Max pooling over planes too wide for SBUF declines even as its own stage, and the
-    reason names the op and why."""
-    result = lower_task(make_task(module_source("torch.relu(F.max_pool2d(x, 2))"),
-                                  [(1, 1, 8, 65536)]))
+    """Padded max pooling over planes too wide for SBUF declines even as its own stage (padded
+    pools band dim 0 only), and the reason names the op and why."""
+    result = lower_task(make_task(
+        module_source("torch.relu(F.max_pool2d(x, 3, stride=1, padding=1))"),
+        [(1, 1, 8, 65536)]))
     assert isinstance(result, Declined), result
     assert result.reason.startswith("layout:") and "as stages: F.max_pool2d does not lower" in (
         result.reason) and "bytes per row in SBUF" in result.reason

@@ -157,8 +157,8 @@ class TestDeclines:
 
     def test_layout_misfit_declined(self) -> None:
         """Pooling whose rows no emitter can hold in SBUF is declined (even staged)."""
-        result = lower_task(make_task(module_source("F.max_pool2d(x, 2) + 1"),
-                                      [(1, 1, 8, 65536)]))
+        result = lower_task(make_task(
+            module_source("F.max_pool2d(x, 3, stride=1, padding=1) + 1"), [(1, 1, 8, 65536)]))
         assert isinstance(result, Declined) and result.reason.startswith("layout:")
         # and says what the user can do about it
         assert result.reason.endswith("what you can do: other input shapes with --shape "
