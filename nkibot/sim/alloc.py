@@ -69,7 +69,8 @@ def allocate(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str 
     state = np.zeros(shp, np.uint8) if reg is MemoryRegion.psum else None
     if state is not None and fill is not None and fill is not OVERWRITTEN:
         state.fill(PSUM_OTHER)
-    t = NkiTensor(new_allocation(arr, reg, tracker, nbytes, state, st.launch), dt, reg, name)
+    t = NkiTensor(new_allocation(arr, reg, tracker, nbytes, state,
+                                  st.launch.serial), dt, reg, name)
     if tracker is not None:
         st.sites[site] = (st.loop_epoch, weakref.ref(t))
         if st.cost is not None:  # the cost model's allocator (nkibot/sim/cost/liveness.py)

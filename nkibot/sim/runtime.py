@@ -153,7 +153,7 @@ def _to_numpy(result: Any, state: RunState, where: str = "result",
         # An output argument the kernel wrote into (nisa.dma_copy's own scatter example
         # returns its `output` parameter): the caller's array, updated in place.
         return np.array(values(result))
-    if handle(result).alloc.launch is not state.launch:
+    if handle(result).alloc.launch != state.launch.serial:
         raise fail("result-illegal", f"kernel {where} {result.describe()} was not allocated "
                                      "by this launch (an input or a leftover tensor)")
     if result.buffer is not MemoryRegion.shared_hbm:

@@ -6,6 +6,7 @@ count into it; `stats()` returns the last finished (or running) launch's counter
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,8 @@ ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 SBUF_PARTITION_BYTES = 192 * 1024
 PSUM_PARTITION_BYTES = 16 * 1024
 PSUM_BANK_BYTES = 2 * 1024
+#: Launch serial numbers: an allocation names its launch by number, not by reference.
+_SERIALS = itertools.count(1)
 
 
 @dataclass
@@ -102,6 +105,9 @@ class RunState:
     def __init__(self, lnc: int = 1, target: str = "trn1") -> None:
         self.counters = Counters()
         self.memory = MemoryTracker(self.counters, target)
+        #: This state's number; allocations record their launch's (`launch.serial`), so
+        #: that a launch's shared outputs do not point back at it (no cycle to collect).
+        self.serial = next(_SERIALS)
         self.lnc = lnc
         self.program = 0
         #: The launch grid (`kernel[4, 2]`); `program` is the flat (C-order) index in it.
@@ -124,9 +130,11 @@ class RunState:
         self.sites: dict[tuple[str, int], tuple[int, Any]] = {}
         #: Depth of `with nl.no_reorder():` blocks (dynamic loops are refused inside).
         self.no_reorder = 0
-        #: The launch this state belongs to: itself, or for a logical core of an LNC=2
-        #: launch, the launch's root state (see `for_core`).
-        self.launch: RunState = self
+        #: For a logical core of an LNC=2 launch, the launch's root state (see `for_core`);
+        #: None for the root itself. Not `self`: a self-reference would make every launch
+        #: cyclic garbage, holding its shared_hbm outputs until a full collection (at 160 MB
+        #: an output, ten trials ran a verification child out of memory).
+        self._root: RunState | None = None
         #: The scheduler of an LNC=2 launch's cores (`nkibot.sim.lnc.Cores`), else None.
         self.cores: Any = None
 
@@ -134,13 +142,18 @@ class RunState:
         """The state of logical core `pid`: its own SBUF/PSUM, registers and loop sites;
         the launch's counters, shared_hbm tensors, cost recorder and generation."""
         core = RunState(self.lnc, self.target)
-        core.counters, core.launch, core.cores, core.program = self.counters, self, cores, pid
+        core.counters, core._root, core.cores, core.program = self.counters, self, cores, pid
         core.grid = self.grid
         core.memory = MemoryTracker(self.counters, self.target)
         core.memory.sbuf_limit, core.memory.psum_limit = (self.memory.sbuf_limit,
                                                           self.memory.psum_limit)
         core.shared, core.cost, core.numerics = self.shared, self.cost, self.numerics
         return core
+
+    @property
+    def launch(self) -> RunState:
+        """The launch this state belongs to: itself, or a logical core's root state."""
+        return self._root if self._root is not None else self
 
     def count(self, engine: str, elements: int) -> None:
         c = self.counters

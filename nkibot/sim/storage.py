@@ -56,10 +56,10 @@ class Allocation:
                  "region", "state", "tracker", "written")
 
     def __init__(self, base: Arr, region: MemoryRegion, tracker: MemoryTracker | None,
-                 nbytes: int, state: Arr | None = None, launch: object = None) -> None:
+                 nbytes: int, state: Arr | None = None, launch: int | None = None) -> None:
         self.base, self.region, self.tracker, self.nbytes = base, region, tracker, nbytes
         self.state = state
-        #: The launch (RunState) that allocated it; None for a caller's wrapped array.
+        #: The serial of the launch (RunState) that allocated it; None for a caller's array.
         self.launch = launch
         #: PSUM: matmul groups not yet computed; SBUF: PSUM allocations whose pending
         #: matmuls still view this storage.
@@ -240,7 +240,7 @@ def values(t: Stored) -> Arr:
 
 def new_allocation(arr: Arr, region: MemoryRegion, tracker: MemoryTracker | None = None,
                    nbytes: int = 0, state: Arr | None = None,
-                   launch: object = None) -> Handle:
+                   launch: int | None = None) -> Handle:
     """A handle on a fresh allocation over `arr` (its own storage or a caller's array)."""
     if region in ON_CHIP and arr.shape and arr.shape[0] > PMAX:
         raise fail("partition-dim", f"{region.value} storage {list(arr.shape)} has partition "

@@ -402,3 +402,39 @@ def test_two_cores_storing_the_same_values_is_benign(
     x = _x(16, 8)
     got = sim.simulate(kernels(WAW.replace("ROWS", "0:h")).k[2])(x)
     np.testing.assert_allclose(got, x[:8].sum(axis=0, keepdims=True), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+def test_a_launch_leaves_no_cyclic_garbage(sim: ModuleType,
+                                          kernels: Callable[[str], ModuleType],
+                                          lnc: int) -> None:
+    """A finished launch is freed by reference counting alone: nothing of it (its state,
+    its shared outputs' storage) waits for the cycle collector. A verification child runs
+    ten trials of a kernel whose outputs may be 160 MB each; held until a full collection,
+    they ran it out of memory."""
+    import gc
+
+    launch = (_halves(kernels, barrier=True)[2] if lnc == 2 else kernels("""
+        @nki.jit
+        def scaled(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            scratch = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.hbm)
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            nisa.dma_copy(dst=scratch, src=t)
+            nisa.dma_copy(dst=out, src=scratch)
+            return out
+        """).scaled)
+    x = _x()
+    sim.simulate(launch)(x)  # warm: first-call caches are not garbage
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        got = sim.simulate(launch)(x)
+        del got
+        gc.collect()
+        kinds = {type(o).__name__ for o in gc.garbage}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not kinds & {"RunState", "Allocation", "NkiTensor", "MemoryTracker"}, kinds
