@@ -39,6 +39,19 @@ class TestMath:
         got = ops.erf(x).astype(np.float64)
         assert np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-30)) < 2e-7
 
+    def test_erf_is_correctly_rounded_on_both_branches(self) -> None:
+        """Each fp32 result is math.erf rounded to fp32: on both sides of the 0.5 switch
+        between the two rational forms, in the tails, and at the special values."""
+        edge = np.float32(0.5)
+        x = np.concatenate([
+            np.linspace(-12, 12, 200_001, dtype=np.float32),
+            np.nextafter(edge, np.float32(0)) * np.array([1, -1], np.float32),
+            np.array([edge, -edge, 0.0, -0.0, 1e-30, 3.9, 4.1, 9.99, 10.5], np.float32)])
+        want = np.array([math.erf(float(v)) for v in x]).astype(np.float32)
+        np.testing.assert_array_equal(ops.erf(x), want)
+        specials = ops.erf(np.array([np.inf, -np.inf, np.nan], np.float32))
+        assert specials[0] == 1.0 and specials[1] == -1.0 and np.isnan(specials[2])
+
     def test_gelu_variants(self, nl: ModuleType) -> None:
         """gelu (erf) and gelu_apprx_tanh match their closed forms."""
         x = np.linspace(-4, 4, 64, dtype=np.float32).reshape(2, 32)
