@@ -1,7 +1,9 @@
 """Shrink a KernelBench-format task's inputs to at most N elements each, in memory.
 
 With `COUNT_WEIGHTS` the model's weights, all together, must fit N elements too (else
-`OUTPUT_SHARE` times N); the forward's outputs, all together, must fit `OUTPUT_SHARE` times N.
+`OUTPUT_SHARE` times N); the forward's outputs, all together, must fit `OUTPUT_SHARE` times N,
+and so must its largest intermediate tensor (a transposed conv reduced by pools to a small
+output still makes the simulator write and read its whole output through HBM scratch).
 
 KernelBench level-1 inputs reach billions of elements; the CPU simulator runs a few
 million. `shrink_source` halves the file's top-level integer constants (`batch_size = 16`,
@@ -103,17 +105,30 @@ def _sizes(source: str) -> tuple[list[int], dict[str, Any]]:
 
 
 def _output_elements(model: Any, values: list[Any]) -> int:
-    """Elements of every tensor the forward returns, run on the meta device (0 when the
-    forward cannot run there)."""
+    """Elements of every tensor the forward returns, or of the largest tensor any operator
+    inside it makes if that is more; run on the meta device (0 when the forward cannot run
+    there)."""
     import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    largest = [0]
+
+    class Largest(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            result = func(*args, **(kwargs or {}))
+            for t in result if isinstance(result, tuple | list) else [result]:
+                if isinstance(t, torch.Tensor):
+                    largest[0] = max(largest[0], t.numel())
+            return result
 
     try:
-        with torch.no_grad():
+        with torch.no_grad(), Largest():  # type: ignore[no-untyped-call]
             out = model(*values)
     except Exception:
         return 0
     outs = list(out) if isinstance(out, tuple | list) else [out]
-    return sum(math.prod(t.shape) for t in outs if isinstance(t, torch.Tensor))
+    return max(largest[0], sum(math.prod(t.shape) for t in outs if isinstance(t, torch.Tensor)))
 
 
 def _halve(value: Const, index: int) -> Const:

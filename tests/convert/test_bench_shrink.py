@@ -118,6 +118,18 @@ def test_outputs_many_times_the_input_are_shrunk_too() -> None:
     assert sizes[0] <= 8 * 4 * 64 * 64  # the input never grows
 
 
+def test_a_large_intermediate_is_shrunk_too() -> None:
+    """The transposed conv's 33.5M elements are pooled down to 8 numbers, but the simulator
+    still writes and reads them through HBM: the largest intermediate has the outputs' share."""
+    pooled = UPSAMPLE.replace("return self.up(x)", "return self.up(x).amax(dim=(1, 2, 3))")
+    assert pooled != UPSAMPLE
+    budget = 1 << 20
+    assert SHRINK._sizes(pooled)[0][-1] > budget
+    shrunk = SHRINK.shrink_source(pooled, budget)
+    assert shrunk.fits and shrunk.changed
+    assert SHRINK._sizes(shrunk.source)[0][-1] <= budget
+
+
 ITEM = '''import torch
 from torch import nn
 
