@@ -92,7 +92,7 @@ class TestBlockedCost:
         from nkibot.sim import activate
         from nkibot.sim.cost import estimate
 
-        shapes = [(1024, 2048), (1024, 1024)]
+        shapes: list[tuple[int, ...]] = [(1024, 2048), (1024, 1024)]
         task = make_task(module_source("torch.matmul(x.T, y)", "x, y"), shapes, "bfloat16")
         lowered = lower_ok(task)
         times = []
@@ -154,9 +154,9 @@ class TestChooser:
                              for c in found)
 
     def test_rows_broadcast_once_count_against_the_blocks(self) -> None:
-        """Two [4096] parameter rows broadcast once per kernel hold 64 KiB of every
-        partition for the whole run (each its [1, N] row and its [128, N] broadcast): the
-        blocks are chosen within what is left. KernelBench level 2 37 (Linear 1024 -> 4096,
+        """Two [4096] parameter rows broadcast once per kernel hold 32 KiB of every
+        partition for the whole run (each its [128, N] broadcast): the blocks are chosen
+        within what is left. KernelBench level 2 37 (Linear 1024 -> 4096,
         swish, a bias, GroupNorm) failed to compile without it: sbuf-capacity."""
         source = module_source(
             "torch.sigmoid(self.fc(x)) + self.bias",
@@ -166,10 +166,50 @@ class TestChooser:
         found = re.search(r"# blocked (\d+)x(\d+):", kernel)
         assert found, kernel
         g = Gemm(512, 1024, 4096, False, True, 4, 4)
-        held = 2 * 2 * 4096 * 4
+        held = 2 * 4096 * 4
         assert "bias on every partition, broadcast once" in kernel
         assert (matmulblock.live_bytes(g, int(found[1]), int(found[2])) + held
                 <= matmulblock.LIVE_BUDGET)
+
+    def test_rows_broadcast_once_fit_beside_whichever_form_runs(self) -> None:
+        """Five [4096] parameter rows read by full tiles (a Linear's bias, a scale, an eval
+        BatchNorm's mean, weight and bias) stay on every partition for the whole run, one
+        [128, 4096] fp32 tile each (80 KiB): the GEMM's form is chosen within what is
+        left, and the kernel runs on the simulator. KernelBench level 2 39 (Linear
+        2048 -> 4096, scale, BatchNorm) failed with sbuf-capacity: each row was held twice
+        (its [1, N] load and its broadcast, 160 KiB), and the panel form, the fallback when
+        no blocks fit beside them, did not count them at all."""
+        source = module_source(
+            "self.bn(self.fc(x) * self.scale)",
+            init="        self.fc = nn.Linear(2048, 4096)\n"
+                 "        self.scale = nn.Parameter(torch.randn(4096))\n"
+                 "        self.bn = nn.BatchNorm1d(4096)")
+        task = make_task(source, [(256, 2048)])
+        lowered = lower_ok(task)
+        _check(task, lowered.source, lowered.function)
+        body = lowered.source[lowered.source.index("@nki.jit"):]
+        assert body.count("on every partition, broadcast once") == 5
+        assert "_row = " not in body  # the [1, N] loads are not kept
+        held = 5 * 4096 * 4
+        found = re.search(r"# blocked (\d+)x(\d+):", body)
+        assert found, body
+        g = Gemm(256, 2048, 4096, False, True, 4, 4)
+        assert (matmulblock.live_bytes(g, int(found[1]), int(found[2])) + held
+                <= matmulblock.LIVE_BUDGET)
+
+    def test_rows_broadcast_once_count_against_the_panel(self) -> None:
+        """At K = 6144 no blocks fit, and B's [K, 512] panel (96 KiB) fits the panel budget
+        alone but not beside the same five rows (80 KiB): the streamed form runs. The
+        panel's kernel failed on the simulator with sbuf-capacity."""
+        source = module_source(
+            "self.bn(self.fc(x) * self.scale)",
+            init="        self.fc = nn.Linear(6144, 4096)\n"
+                 "        self.scale = nn.Parameter(torch.randn(4096))\n"
+                 "        self.bn = nn.BatchNorm1d(4096)")
+        task = make_task(source, [(256, 6144)])
+        lowered = lower_ok(task)
+        _check(task, lowered.source, lowered.function)
+        assert "# tiling: stream" in lowered.source
 
     def test_two_chained_linears_over_a_long_k_run_on_the_simulator(self) -> None:
         source = module_source(

@@ -79,11 +79,13 @@ def _hoistable(res: Resolved, pl: Placement, name: str) -> bool:
 
 def hoisted_bytes(res: Resolved, pl: Placement) -> int:
     """SBUF bytes per partition the rows `broadcast_once` may hold for the whole kernel: per
-    row, the loaded [1, N] row (partition 0) and its [128, N] broadcast, both fp32. An
-    upper bound (a row read only by a non-full tile is not hoisted); a form that keeps
-    tiles resident counts it against its budget."""
-    rows = {n for n in res.views if _hoistable(res, pl, n)}
-    return len(rows) * 2 * pl.frame.cols * 4
+    row read by a full tile, its [128, N] fp32 broadcast (the loaded [1, N] row dies with
+    its statement). Counted per view, as `broadcast_once` keys them; an upper bound (an op
+    that a fused form replaces may name a row never hoisted). Every form that keeps tiles
+    resident counts it against its budget."""
+    rows = {res.target(a.name) for op in res.ops if pl.kinds.get(op.name) == FULL
+            for a in op.args if isinstance(a, Ref) and _hoistable(res, pl, res.target(a.name))}
+    return len(rows) * pl.frame.cols * 4
 
 
 @dataclass
@@ -172,10 +174,11 @@ class TileEmitter:
         key = f"row:{name}"
         if key not in self.consts:
             var = self.names.fresh(f"{view.leaf.name}_all")
-            row = self.names.fresh(f"{view.leaf.name}_row")
+            # the [1, N] row is not named: it dies once broadcast, leaving one tile per row
+            # for the whole kernel (what `hoisted_bytes` counts)
             self.hoist.comment(f"{view.leaf.name} on every partition, broadcast once")
-            self.hoist.line(f"{row} = nl.load({view.leaf.name}.reshape((1, {frame.cols}))"
-                            f"[0:1, 0:{frame.cols}], dtype=nl.float32)")
+            row = (f"nl.load({view.leaf.name}.reshape((1, {frame.cols}))[0:1, 0:{frame.cols}], "
+                   "dtype=nl.float32)")
             self.hoist.line(f"{var} = nl.broadcast_to({row}, (128, {frame.cols}))")
             self.used_totals.append(var)
             self.consts[key] = f"{var}[0:p, nl.ds(c0, q)]"

@@ -101,20 +101,21 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     forced = kernel.choices.get("matmul")
     gemm = Gemm(rows, k, n, a.transposed, b.transposed, itemsize,
                 2 if out_dtype in ("bfloat16", "float16") else 4)
-    if not row_reduced and _emit_blocked(kernel, res, (pl, mm.name, outputs[0]), gemm,
+    held = hoisted_bytes(res, pl)  # the epilogue's rows, resident whichever form runs
+    if not row_reduced and _emit_blocked(kernel, res, (pl, mm.name, outputs[0]), gemm, held,
                                          compute, (a_v, b_v, groups, ga > 1, gb > 1)):
         return
     if row_reduced and b.transposed and n > PMAX:
         forced = "b-panel"  # a streamed transposed B gives 128-column tiles: too narrow
     candidates = _tiling(a, b, groups * rows, k, n, itemsize)
-    plan = choose(candidates, PANEL_BUDGET, forced=forced)
+    plan = choose(candidates, PANEL_BUDGET - held, forced=forced)
     if row_reduced and b.transposed and n > PMAX and plan.name != "b-panel":
         raise LayoutError(f"row reductions after a matmul: B's [K, {n}] panel exceeds SBUF")
     # a streamed transposed B is transposed 128 columns at a time; the panel takes 512
     n_tile = PMAX if b.transposed and plan.name == "stream" else NMAX
     if not row_reduced:
         kernel.alternatives += [("matmul", name)
-                                for name in others(candidates, PANEL_BUDGET, plan)]
+                                for name in others(candidates, PANEL_BUDGET - held, plan)]
     why = ("a variant, kept only if it verifies and is faster by the cost model"
            if forced == plan.name else f"chosen by {SCORER_NAME}")
     kernel.body.comment(f"tiling: {plan.name} ({why})")
@@ -155,12 +156,13 @@ def _row_reductions(res: Resolved, pl: Placement, n: int) -> bool:
 
 
 def _emit_blocked(kernel: Kernel, res: Resolved, out: tuple[Placement, str, Output], gemm: Gemm,
-                  compute: str, views: tuple[str, str, int, bool, bool]) -> bool:
-    """The blocked form (matmulblock.py) when its blocks fit SBUF and no other tiling is
-    forced: the best block sizes by its modelled time; the next best and the old panel
-    or stream form (the traffic proxy's pick) become variants for the optimize phase."""
+                  held: int, compute: str, views: tuple[str, str, int, bool, bool]) -> bool:
+    """The blocked form (matmulblock.py) when its blocks fit SBUF beside the `held` bytes
+    per partition and no other tiling is forced: the best block sizes by its modelled
+    time; the next best and the old panel or stream form (the traffic proxy's pick) become
+    variants for the optimize phase."""
     forced = kernel.choices.get("matmul")
-    blocked = matmulblock.candidates(gemm, hoisted_bytes(res, out[0]))
+    blocked = matmulblock.candidates(gemm, held)
     pick = [c for c in blocked if c.name == forced] or blocked[:1]
     if not pick or (forced is not None and not forced.startswith("blocked")):
         return False
