@@ -17,11 +17,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from nkibot.lowering.emit.builder import Names, nl_dtype
+from nkibot.lowering.emit.builder import Block, Names, nl_dtype
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import BINARY, UNARY, Graph, Leaf, Op, Ref
 from nkibot.lowering.ladder import anchor_of, emit_group
 from nkibot.lowering.schedule.layout import LayoutError, resolve
+from nkibot.lowering.scopes import StageCode, wrap_stages
 
 #: How many ops past a failing one a group may grow to before it is closed.
 LOOKAHEAD = 3
@@ -262,14 +263,16 @@ def lowers_alone(graph: Graph, kernel: Kernel) -> Callable[[Op], bool]:
 
 
 def emit_stages(sched: Scheduler, stages: Sequence[Stage], kernel: Kernel) -> None:
-    """Each stage in order: its scratch outputs allocated in HBM, then its group's code."""
+    """Each stage in order: its scratch outputs allocated in HBM, then a call to a helper
+    holding its group's code (`scopes`: its SBUF tiles die with it)."""
     for var, definition in sched.aliases.items():
         kernel.body.line(f"{var} = {definition}")
     for out, leaf in sched.copies:
         kernel.body.comment(f"{out.var} is the input {leaf} itself: one HBM to HBM copy")
         kernel.body.line(f"nisa.dma_copy(dst={out.var}, src={leaf}.reshape({out.shape or (1,)!r}))")
+    body = kernel.body
+    codes = []
     for n, stage in enumerate(stages, 1):
-        body = kernel.body
         body.line()
         body.comment(f"stage {n} of {len(stages)}: {stage.summary()}")
         for out in stage.scratch:
@@ -280,7 +283,14 @@ def emit_stages(sched: Scheduler, stages: Sequence[Stage], kernel: Kernel) -> No
         # each stage places its own views: a leaf may be tiled differently by another stage
         kernel.leaf_views, kernel.hbm_views = {}, {}
         kernel.names.taken |= {leaf.name for leaf in stage.graph.leaves}
-        emit_group(resolve(stage.graph), list(stage.writes), kernel)
+        kernel.body = Block(depth=body.depth)
+        try:
+            emit_group(resolve(stage.graph), list(stage.writes), kernel)
+        finally:
+            code, kernel.body = kernel.body, body
+        codes.append(StageCode(n, tuple(code.lines), len(body.lines)))
+    body.lines = wrap_stages(body.lines, codes, kernel.helpers, kernel.names,
+                             [out.var for out in sched.final.values()])
 
 
 def scratch_bytes(stages: Sequence[Stage]) -> int:
