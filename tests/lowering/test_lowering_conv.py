@@ -86,6 +86,10 @@ CONVS = {
     # output rows stacked on the stationary columns (convband.py): a band of 11 rows (all),
     # a ragged last group (13 rows in bands of 2), grouped, a plain conv with bias
     "tconv3d_band": ("nn.ConvTranspose3d(16, 8, (3, 5, 3))", (2, 16, 5, 7, 6)),
+    # a plane too big for the phase form: zero-inserted, banded, 9 taps of 2 channels a
+    # matmul (18 rows; KernelBench level 2 78: 8 channels, 15 of 125 taps)
+    "tconv3d_zero_inserted_folded": ("nn.ConvTranspose3d(2, 4, 3, stride=2, padding=1)",
+                                     (1, 2, 6, 90, 90)),
     "tconv2d_band_ragged": ("nn.ConvTranspose2d(32, 16, (5, 3), bias=False)", (1, 32, 9, 8)),
     "conv3d_band_grouped": ("nn.Conv3d(64, 16, 3, groups=2, padding=(1, 0, 1))",
                             (1, 64, 10, 13, 16)),
@@ -214,6 +218,15 @@ class TestConvSource:
         assert "zero-insertion" not in lowered.source
         assert "res[0:csz, 1:1 + (q0 - 1) * 2 + 1:2, 2:2 + (q1 - 1) * 3 + 1:3]" in lowered.source
         assert lowered.source.count("nl.store(") == 1
+
+    def test_zero_inserted_plane_folds_its_taps(self) -> None:
+        """Few input channels under a plane the phase form cannot hold: the zero-inserted
+        blocks are placed one by one and 9 taps share each matmul (the model counts each
+        block's zeroing and strided copy against the matmuls saved)."""
+        lowered = lower_ok(conv_task("tconv3d_zero_inserted_folded"))
+        assert "zero-insertion" in lowered.source and "def conv_phase" not in lowered.source
+        assert "w_sb[0:18" in lowered.source and "x_sb[0:18" in lowered.source
+        assert lowered.source.count("nisa.nc_matmul(") == 1  # k2's loop only: 3 a tile
 
     def test_phase_taps_fold_onto_partitions(self) -> None:
         """48 input channels: 2 taps of a phase a matmul (96 rows), the ragged last on 48."""

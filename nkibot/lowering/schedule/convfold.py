@@ -21,6 +21,7 @@ from nkibot.sim.cost import constants as C
 # The cost model's figures (trn1 by default), from the module that loads no simulator:
 # Tensor Engine ns of bf16 cycles (fp32 4x), and ns to move bytes over all DMA queues.
 from nkibot.sim.cost.quick import load_ns as load_ns  # re-exported: conv* call convfold.load_ns
+from nkibot.sim.cost.quick import pass_ns
 from nkibot.sim.cost.quick import pe_ns as pe_ns
 
 
@@ -60,12 +61,11 @@ def choose(spec: ConvSpec, elem_bytes: int) -> Fold:
     """The fold of least modelled Tensor Engine plus plane-load time (`_score`) within 128
     rows; on a tie, the one folding outer dims (whole contiguous rows per copy).
 
-    Not for a zero-inserted plane (transposed, stride > 1): it is placed by a strided
-    copy, and one copy per block costs more than the matmuls it saves.
+    A zero-inserted plane (transposed, stride > 1) is placed block by block by a zeroing
+    and a strided GpSimd copy (`_score` counts both): few input channels and many taps
+    (KernelBench level 2 78: 8 channels, 125 taps) still fold.
     """
     taps = tuple(d.taps for d in spec.dims)
-    if any(d.up > 1 for d in spec.dims):
-        return Fold((1,) * len(taps), taps)
     fits = [Fold(f, taps) for f in itertools.product(*(range(1, k + 1) for k in taps))
             if spec.cin_g * math.prod(f) <= PMAX and _prefix(f, taps)]
     return min(fits, key=lambda f: (_score(spec, f, elem_bytes), [-s for s in f.sizes]))
@@ -89,7 +89,12 @@ def _score(spec: ConvSpec, fold: Fold, elem_bytes: int) -> float:
     pe = pe_ns(math.prod(fold.outer) * -(-spec.cout_g // PMAX) * max(positions, 64),
                elem_bytes)
     plane = fold.blocks * spec.cin_g * math.prod(d.size_in for d in spec.dims) * elem_bytes
-    return pe + load_ns(2 * plane)
+    scatter = 0.0
+    if any(d.up > 1 for d in spec.dims):
+        # each block: its plane zeroed, then its input copied to every up-th position
+        per = math.prod(d.plane for d in spec.dims) + math.prod(d.size_in for d in spec.dims)
+        scatter = fold.blocks * per * pass_ns("gpsimd", elem_bytes)
+    return pe + load_ns(2 * plane) + scatter
 
 
 def shifted(placed: tuple[int, int, int], d: Dim, shift: int) -> tuple[int, int, int]:
