@@ -102,3 +102,34 @@ class TestRecurrentDeclines:
         name = "lstm" if "LSTM" in rnn else "gru"
         assert f"aten.{name}.default (self.rnn at" in result.reason
         assert time.process_time() - started < 5.0  # ~20 s of CPU run step by step
+
+
+#: KernelBench level 3 33's pattern: hidden state in a plain tensor attribute, overwritten
+#: by an input with copy_ and reassigned by the forward.
+ATTRIBUTE_STATE = (
+    f"{HEADER}class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.hidden = torch.randn((4, 16))\n        self.i2h = nn.Linear(24, 16)\n"
+    "        self.h2o = nn.Linear(16, 8)\n\n"
+    "    def forward(self, x, initial_hidden=None):\n"
+    "        if initial_hidden is not None:\n            self.hidden.copy_(initial_hidden)\n"
+    "        self.hidden = self.hidden.to(x.device)\n"
+    "        self.hidden = torch.tanh(self.i2h(torch.cat((x, self.hidden), dim=1)))\n"
+    "        return self.h2o(self.hidden)\n")
+
+
+class TestAttributeState:
+    def test_copy_into_an_attribute_reads_the_input(self) -> None:
+        """The attribute the forward reassigns is not left a proxy (the forward returned
+        "no tensor"), and copy_ into it makes later reads the copied input: it lowers and
+        matches PyTorch."""
+        task = make_task(ATTRIBUTE_STATE, [(4, 8), (4, 16)])
+        graph, unsupported = trace_graph(task)
+        assert unsupported == [] and len(graph.outputs) == 1
+        assert check_on_sim(task) < 1e-4
+
+    def test_an_attribute_read_without_copy_stays_a_constant(self) -> None:
+        """Without the copy the random attribute is a constant the lowering declines."""
+        task = make_task(ATTRIBUTE_STATE.replace("            self.hidden.copy_(initial_hidden)",
+                                                 "            pass"), [(4, 8), (4, 16)])
+        _, unsupported = trace_graph(task)
+        assert any("tensor constant of 64 elements" in op for op in unsupported)

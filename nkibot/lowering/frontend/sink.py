@@ -16,6 +16,15 @@ class Unsupported(Exception):
         self.why = why
 
 
+@dataclass(frozen=True)
+class Unlowered:
+    """An output of a handler that is not computed (nn.MultiheadAttention's averaged
+    weights): declined, with `op` and `why`, only where something reads it."""
+
+    op: str
+    why: str
+
+
 @dataclass
 class Sink:
     """Appends ops to a Graph; `origin` and `final` come from the fx node being lowered."""
@@ -43,6 +52,12 @@ class Sink:
                origin=self.origin, attrs=tuple(sorted(attrs.items())))
         )
         return Ref(name)
+
+    def part(self, tag: str) -> Sink:
+        """A sink for the intermediates of one part of a composite op: its names start
+        with this sink's and `tag`, so the composite's own result keeps the final name."""
+        return Sink(self.graph, origin=self.origin, final=f"{self.final or 'v'}_{tag}",
+                    dtype=self.dtype)
 
     # Arithmetic helpers that fold scalars so generated code carries no `x * 1.0`.
     def add(self, a: Arg, b: Arg, last: bool = False) -> Arg:

@@ -23,10 +23,11 @@ import torch.fx as fx
 from nkibot.lowering.frontend.catalogue import handler
 from nkibot.lowering.frontend.ir import Graph, Leaf, Ref
 from nkibot.lowering.frontend.modules import module_call
-from nkibot.lowering.frontend.sink import Sink, Unsupported
+from nkibot.lowering.frontend.sink import Sink, Unlowered, Unsupported
 from nkibot.lowering.frontend.tracers import (
     Constant,
     TracingFailed,
+    fold_attribute_copies,
     tensor_constants,
     trace_module,
 )
@@ -154,11 +155,15 @@ class _Lowerer(fx.Interpreter):
                 return _UNSUP
             return result
         if n.op == "output":
-            return self.translate(n.args[0])
+            out = self.translate(n.args[0])
+            return _UNSUP if self._read_unlowered(out) else out
         if not _has_tensor(result):
             return result  # sizes, dims, flags: already folded by executing on meta
         args = self.translate(list(n.args))
         kwargs = self.translate(dict(n.kwargs))
+        # getitem picks from a handler's tuple, which may hold an output it left out
+        if op_name(n) != "getitem" and self._read_unlowered([args, kwargs]):
+            return _UNSUP
         if n.op == "call_module":
             target = str(n.target)
             name, args, kwargs = module_call(self.module.get_submodule(target), target,
@@ -206,6 +211,14 @@ class _Lowerer(fx.Interpreter):
         count = int(result.numel())  # type: ignore[attr-defined]
         return self.apply("arange", n, [first, first + step * count, step], {}, result)
 
+    def _read_unlowered(self, value: object) -> bool:
+        """Declines every output left uncomputed (`Unlowered`) that `value` holds: it is
+        read."""
+        found = list(_unlowered(value))
+        for item in found:
+            self._fail(f"{item.op} ({item.why})")
+        return bool(found)
+
     def _fail(self, op: str) -> object:
         self.unsupported.append(op)
         if self.node is not None:
@@ -241,6 +254,16 @@ def _contains_unsup(value: object) -> bool:
     if isinstance(value, dict):
         return any(_contains_unsup(v) for v in value.values())
     return False
+
+
+def _unlowered(value: object) -> list[Unlowered]:
+    if isinstance(value, Unlowered):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [u for v in value for u in _unlowered(v)]
+    if isinstance(value, dict):
+        return [u for v in value.values() for u in _unlowered(v)]
+    return []
 
 
 def _has_tensor(value: object) -> bool:
@@ -304,6 +327,7 @@ def trace_graph(task: Task, sites: dict[str, str] | None = None) -> tuple[Graph,
     if len(params) != len(task.inputs):
         raise TraceError(f"forward takes {len(params)} inputs, the task describes "
                          f"{len(task.inputs)}")
+    fold_attribute_copies(gm, state)
     consts = tensor_constants(gm, state)
     gm.to("meta")
     lowerer = _Lowerer(gm, graph, state, (task.source_path, task.reference_source))

@@ -11,12 +11,13 @@ error names the construct and the line of the user's file it is on.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import traceback
 import types
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,8 @@ class _ShapeTracer(_Recording, meta_tracer.MetaTracer):
 def symbolic(module: torch.nn.Module) -> fx.GraphModule:
     """`fx.symbolic_trace`, recording each node's stack so a decline can name the line."""
     tracer = _Recording()
-    graph = tracer.trace(module)
+    with _attributes_kept(module):
+        graph = tracer.trace(module)
     return fx.GraphModule(tracer.root, graph, module.__class__.__name__)
 
 
@@ -106,7 +108,7 @@ def at_shapes(module: torch.nn.Module, inputs: Sequence[object]) -> fx.GraphModu
     # shapes and dtypes of the state are read after tracing.
     module.to("meta")
     tracer = _ShapeTracer()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _attributes_kept(module):
         # the meta tracer warns for each op whose meta value it cannot compute (a
         # Python scalar input): that op's sizes stay symbolic, as under symbolic_trace
         warnings.simplefilter("ignore", UserWarning)
@@ -128,6 +130,61 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[object], source_path:
         except Exception as exc:  # the user's code: any error means "try the next tracer"
             failures.append((label, exc))
     raise TracingFailed(describe(failures, source_path, entry))
+
+
+@contextlib.contextmanager
+def _attributes_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Undo the attributes a traced forward assigns: `self.hidden = torch.tanh(...)`
+    (KernelBench level 3 33) stores a proxy, which the graph module, the next tracer and
+    the lowering would read back as the attribute. Parameters and buffers live in dicts
+    kept as they are, so a move to the meta device stays."""
+    saved = [(m, dict(vars(m))) for m in module.modules()]
+    try:
+        yield
+    finally:
+        for sub, before in saved:
+            now = vars(sub)
+            for key in [k for k in now if k not in before]:
+                del now[key]
+            now.update((k, v) for k, v in before.items() if now.get(k) is not v)
+
+
+def fold_attribute_copies(gm: fx.GraphModule, state: dict[str, str]) -> None:
+    """`self.h.copy_(x)` into a tensor attribute that is not state (KernelBench level 3 33
+    keeps its hidden state so and overwrites it with the forward's `initial_hidden`): later
+    reads of `self.h`, and copy_'s result, become x cast and broadcast to h, as copy_
+    writes it, and h's value before the copy is read by nothing. Anything else that reads
+    such an attribute stays a constant (`tensor_constants`)."""
+    graph, latest = gm.graph, {}  # type: fx.Graph, dict[str, fx.Node]
+    for node in list(graph.nodes):
+        key = str(node.args[0].target) if _copies_into_attribute(node, state) else ""
+        if node.op == "get_attr" and str(node.target) in latest:
+            node.replace_all_uses_with(latest[str(node.target)])
+            graph.erase_node(node)
+        elif key and isinstance(value := _attribute(gm, key), torch.Tensor):
+            with graph.inserting_after(node):
+                cast = graph.call_method("to", (node.args[1], value.dtype))
+            with graph.inserting_after(cast):
+                latest[key] = graph.call_method("expand", (cast, *value.shape))
+            target = node.args[0]
+            node.replace_all_uses_with(latest[key])
+            graph.erase_node(node)
+            if isinstance(target, fx.Node) and not target.users:
+                graph.erase_node(target)
+    gm.recompile()
+
+
+def _copies_into_attribute(node: fx.Node, state: dict[str, str]) -> bool:
+    dst = node.args[0] if node.op == "call_method" and node.target == "copy_" else None
+    return (isinstance(dst, fx.Node) and dst.op == "get_attr" and str(dst.target) not in state
+            and len(node.args) > 1 and isinstance(node.args[1], fx.Node))
+
+
+def _attribute(gm: fx.GraphModule, key: str) -> object:
+    value: object = gm
+    for part in key.split("."):
+        value = getattr(value, part, None)
+    return value
 
 
 class TracingFailed(Exception):
@@ -179,9 +236,7 @@ def tensor_constants(gm: fx.GraphModule, state: dict[str, str]) -> dict[str, Con
         key = str(node.target)
         if node.op != "get_attr" or key in state:
             continue
-        value: object = gm
-        for part in key.split("."):
-            value = getattr(value, part, None)
+        value = _attribute(gm, key)
         if isinstance(value, torch.Tensor) and not value.is_meta and value.numel() > 0:
             found = _describe(value)
             if found is not None:
