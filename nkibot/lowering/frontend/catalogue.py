@@ -26,6 +26,7 @@ from nkibot.lowering.frontend import (  # noqa: F401 - each registers its handle
     reductions,
     scanops,
     selectops,
+    transformer,
 )
 from nkibot.lowering.frontend.decompose import HANDLERS, Handler
 
@@ -41,10 +42,13 @@ LOWERED_MODULES: frozenset[str] = frozenset({
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
     "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
-    "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Embedding",
+    "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Embedding", "MultiheadAttention",
+    "TransformerEncoderLayer", "TransformerEncoder",
 })
 #: Handler names that are the tracer's own spellings, not torch ops a user writes.
-_INTERNAL = frozenset({"subscript", "einsum_mm", "expand_as_view", "identity"})
+_INTERNAL = frozenset({"subscript", "einsum_mm", "expand_as_view", "identity",
+                       "multihead_attention", "transformer_encoder_layer",
+                       "transformer_encoder"})
 
 #: torch function / method / operator names with a handler (trace.op_name spellings).
 TORCH_OPS: frozenset[str] = frozenset(HANDLERS) - _INTERNAL

@@ -167,3 +167,28 @@ def _stack(s: Sink, a: list[object], k: dict[str, object]) -> object:
         raise Unsupported("aten.stack.default", "parts that are not tensors")
     views = [s.emit("view", p, shape=(*s.shape(p)[:dim], 1, *s.shape(p)[dim:])) for p in items]
     return s.emit("cat", *views, shape=out, last=True, dim=dim)
+
+
+@register("unfold")
+def _unfold(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    """Tensor.unfold(dim, size, step) with step == size: non-overlapping windows are a view
+    (dim split into windows x size) and a permute (size moved last); trailing elements no
+    window covers are left out first."""
+    x = tensor(a[0])
+    shape = s.shape(x)
+    dim = norm_dims(get(a, k, 1, "dimension"), max(len(shape), 1))[0]
+    size, step = (int(str(get(a, k, i, name))) for i, name in ((2, "size"), (3, "step")))
+    if step != size:
+        why = "overlapping windows (step < size)" if step < size else "gaps (step > size)"
+        raise Unsupported("aten.unfold.default", f"{why}; windows with step == size are "
+                                                 "lowered")
+    count = shape[dim] // size
+    if count * size != shape[dim]:
+        x = s.emit("slice" if dim == len(shape) - 1 else "narrow", x,
+                   shape=(*shape[:dim], count * size, *shape[dim + 1:]), start=0, dim=dim)
+    split_shape = (*shape[:dim], count, size, *shape[dim + 1:])
+    if dim == len(shape) - 1:  # the window is already the last dim
+        return s.emit("view", x, shape=split_shape, last=True)
+    split = s.emit("view", x, shape=split_shape)
+    rank = len(shape) + 1
+    return permuted(s, split, (*range(dim + 1), *range(dim + 2, rank), dim + 1))

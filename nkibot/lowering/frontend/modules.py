@@ -104,6 +104,70 @@ def _flatten(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Cal
     return "flatten", args, {}
 
 
+def _norm_spec(m: Any, target: str, state: dict[str, str]) -> dict[str, object] | None:
+    if m is None:
+        return None
+    if not isinstance(m, torch.nn.LayerNorm):
+        return {"kind": type(m).__name__}
+    return {"kind": "LayerNorm", "shape": tuple(m.normalized_shape), "eps": m.eps,
+            "weight": _param(state, target, "weight"), "bias": _param(state, target, "bias")}
+
+
+def _mha_spec(m: Any, target: str, state: dict[str, str]) -> dict[str, object]:
+    """nn.MultiheadAttention's parameters (Refs) and settings, as plain data."""
+    out = f"{target}.out_proj" if target else "out_proj"
+    return {"embed_dim": m.embed_dim, "num_heads": m.num_heads, "batch_first": m.batch_first,
+            "dropout": m.dropout if m.training else 0.0,
+            "extra_kv": m.bias_k is not None or m.add_zero_attn,
+            **{name: _param(state, target, name) for name in (
+                "in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight",
+                "v_proj_weight")},
+            "out_weight": _param(state, out, "weight"), "out_bias": _param(state, out, "bias")}
+
+
+def _mha(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
+    return "multihead_attention", args, {"__spec": _mha_spec(m, target, state)}
+
+
+def _activation(fn: object) -> str:
+    """relu / gelu / gelu_tanh, or the activation's name (declined by the handler)."""
+    if fn is torch.nn.functional.relu or isinstance(fn, torch.nn.ReLU):
+        return "relu"
+    if fn is torch.nn.functional.gelu:
+        return "gelu"
+    if isinstance(fn, torch.nn.GELU):
+        return "gelu_tanh" if fn.approximate == "tanh" else "gelu"
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _layer_spec(m: Any, target: str, state: dict[str, str]) -> dict[str, object]:
+    """nn.TransformerEncoderLayer as data: its attention, feed-forward and norms."""
+    def sub(name: str) -> str:
+        return f"{target}.{name}" if target else name
+    dropouts = (m.dropout, m.dropout1, m.dropout2)
+    return {"self_attn": _mha_spec(m.self_attn, sub("self_attn"), state),
+            "norm_first": m.norm_first, "activation": _activation(m.activation),
+            "dropout": max((d.p for d in dropouts if d.training), default=0.0),
+            "linear1": (_param(state, sub("linear1"), "weight"),
+                        _param(state, sub("linear1"), "bias")),
+            "linear2": (_param(state, sub("linear2"), "weight"),
+                        _param(state, sub("linear2"), "bias")),
+            "norm1": _norm_spec(m.norm1, sub("norm1"), state),
+            "norm2": _norm_spec(m.norm2, sub("norm2"), state)}
+
+
+def _encoder_layer(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
+    return "transformer_encoder_layer", args, {"__spec": _layer_spec(m, target, state)}
+
+
+def _encoder(m: Any, target: str, args: list[Any], state: dict[str, str]) -> Call:
+    prefix = f"{target}." if target else ""
+    layers = [_layer_spec(layer, f"{prefix}layers.{i}", state)
+              for i, layer in enumerate(m.layers)]
+    return "transformer_encoder", args, {"__spec": {
+        "layers": layers, "norm": _norm_spec(m.norm, f"{prefix}norm", state)}}
+
+
 _MODULES: dict[str, Callable[..., Call]] = {
     "Linear": _linear, "LayerNorm": _layer_norm, "RMSNorm": _rms_norm,
     "BatchNorm1d": _batch_norm, "BatchNorm2d": _batch_norm, "BatchNorm3d": _batch_norm,
@@ -114,7 +178,9 @@ _MODULES: dict[str, Callable[..., Call]] = {
     "MaxPool1d": _max_pool, "MaxPool2d": _max_pool, "MaxPool3d": _max_pool,
     "AvgPool1d": _avg_pool, "AvgPool2d": _avg_pool, "AvgPool3d": _avg_pool,
     **{f"Adaptive{k}Pool{n}d": _adaptive_pool for k in ("Avg", "Max") for n in (1, 2, 3)},
-    "Embedding": _embedding, "Dropout": _dropout, "Flatten": _flatten,
+    "Embedding": _embedding, "MultiheadAttention": _mha,
+    "TransformerEncoderLayer": _encoder_layer, "TransformerEncoder": _encoder,
+    "Dropout": _dropout, "Flatten": _flatten,
     "Identity": _simple("identity"),
     "ReLU": _simple("relu"), "Sigmoid": _simple("sigmoid"), "Tanh": _simple("tanh"),
     "GELU": _simple("gelu", "approximate"), "SiLU": _simple("silu"), "Mish": _simple("mish"),
