@@ -91,6 +91,18 @@ class TestDeclines:
         assert (f"aten.erfinv.default (torch.erfinv at {task.source_path}:{line}: "
                 "`return torch.erfinv(x)`)") in result.reason
 
+    def test_the_child_answer_fits_the_parents_stdout_cap(self) -> None:
+        """An answer over MAX_ANSWER drops tiling variants, last first, until it fits;
+        the kernel itself is kept."""
+        from nkibot.lowering.__main__ import MAX_ANSWER, fitted
+
+        big = "x" * (MAX_ANSWER // 3)
+        payload: dict[str, object] = {"source": big, "variants": [
+            {"name": f"v{i}", "source": big} for i in range(4)]}
+        answer = json.loads(fitted(payload))
+        assert len(json.dumps(answer)) <= MAX_ANSWER and answer["source"] == big
+        assert [v["name"] for v in answer["variants"]] == ["v0"]
+
     def test_the_lowering_child_loads_only_what_it_uses(self) -> None:
         """The lowering child (`python -m nkibot.lowering`, a Task on stdin) lowers an
         RMSNorm without the parent's modules (verify, convert, backends, libcst), without
