@@ -51,10 +51,10 @@ def _mask(mask: object, padding: object, causal: bool, op: str, names: tuple[str
     """Whether the attention is causal; other masks are declined, named as the user
     passed them."""
     if padding is not None:
-        raise Unsupported(op, f"a {names[1]} (padding masks are not lowered)")
+        raise Unsupported(op, f"the {names[1]} argument (padding masks are not lowered)")
     if mask is not None and not causal:
-        raise Unsupported(op, f"an {names[0]} (only a causal mask with is_causal=True is "
-                              "lowered)")
+        raise Unsupported(op, f"the {names[0]} argument (only a causal mask with "
+                              "is_causal=True is lowered)")
     return causal
 
 
