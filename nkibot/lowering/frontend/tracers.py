@@ -136,15 +136,17 @@ def trace_module(module: torch.nn.Module, inputs: Sequence[object], source_path:
 def _attributes_kept(module: torch.nn.Module) -> Iterator[None]:
     """Undo the attributes a traced forward assigns: `self.hidden = torch.tanh(...)`
     (KernelBench level 3 33) stores a proxy, which the graph module, the next tracer and
-    the lowering would read back as the attribute. Parameters and buffers live in dicts
-    kept as they are, so a move to the meta device stays."""
+    the lowering would read back as the attribute. New attributes stay unless they hold a
+    proxy: the tracer itself adds tensor constants (`_tensor_constant0`) to the root.
+    Parameters and buffers live in dicts kept as they are, so a move to meta stays."""
     saved = [(m, dict(vars(m))) for m in module.modules()]
     try:
         yield
     finally:
         for sub, before in saved:
             now = vars(sub)
-            for key in [k for k in now if k not in before]:
+            for key in [k for k, v in now.items() if k not in before
+                        and isinstance(v, fx.Proxy)]:
                 del now[key]
             now.update((k, v) for k, v in before.items() if now.get(k) is not v)
 
