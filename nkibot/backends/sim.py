@@ -11,6 +11,7 @@ never an exception. Figures from here are never latencies.
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,6 +38,22 @@ from nkibot.verify.protocol import BadArrayFile, read_outputs, save_array
 from nkibot.verify.sandbox import Confinement, SandboxOutcome, run_sandboxed
 
 MEASURED_ON = "simulator: not a latency measurement"
+#: A verification child runs every trial: a kernel whose one traced run (its compile, child
+#: start-up included) took T seconds gets PER_TRIAL_RUNS x T per trial before it is called
+#: hung, never less than the base limit and never more than VERIFY_CAP times it.
+PER_TRIAL_RUNS = 2.0
+VERIFY_CAP = 4.0
+
+
+def verify_timeout(base: float, trials: int, one_run: float | None) -> float:
+    """The wall-clock limit of one verification child (see PER_TRIAL_RUNS)."""
+    if one_run is None:
+        return base
+    return min(VERIFY_CAP * base, max(base, PER_TRIAL_RUNS * max(trials, 1) * one_run))
+
+
+def _digest(src: str) -> str:
+    return hashlib.sha256(src.encode()).hexdigest()
 
 
 @dataclass
@@ -68,6 +85,9 @@ class SimBackend:
         self.kernel_file = kernel_file
         self.memory_mb = memory_mb
         self.verify_timeout_s = verify_timeout_s
+        #: Seconds of each compiled source's one traced run (by digest), which sizes its
+        #: verification children's limit (`verify_timeout`).
+        self._one_run: dict[str, float] = {}
         # Tests only: lets crash/hang/memory kernels that the static rules forbid reach
         # the sandbox. Never exposed on the command line.
         self._skip_static = skip_static
@@ -91,10 +111,19 @@ class SimBackend:
 
     def child(self, src: str, task: Task) -> KernelChild:
         """How `verify.check` runs this kernel: on the simulator, in the sandbox."""
-        timeout = self.verify_timeout_s or task.compile_timeout_s * 2
-        return KernelChild(run=lambda request, out_dir, readable: self._child(
-            request, out_dir, readable, timeout), function=self.function,
-            kernel_file=self.kernel_file, static=not self._skip_static)
+        fixed = self.verify_timeout_s
+        base = fixed or task.compile_timeout_s * 2
+        one_run = self._one_run.get(_digest(src))
+
+        def run(request: dict[str, Any], out_dir: Path,
+                readable: tuple[Path, ...]) -> HarnessReply:
+            # a large kernel's ten trials take ten of its runs: sized by the compile's run
+            trials = len(request.get("trials") or ())
+            limit = fixed or verify_timeout(base, trials, one_run)
+            return self._child(request, out_dir, readable, limit)
+
+        return KernelChild(run=run, function=self.function,
+                           kernel_file=self.kernel_file, static=not self._skip_static)
 
     def _random_request(self, task: Task) -> dict[str, Any]:
         args = describe_kernel_args(task)
@@ -152,6 +181,7 @@ class SimBackend:
             return CompileResult(ok=False, log=log,
                                  diagnostics=[diag], seconds=seconds, backend=self.name,
                                  compiler=compiler)
+        self._one_run[_digest(src)] = seconds
         return CompileResult(ok=True, seconds=seconds, backend=self.name, compiler=compiler,
                              log=f"traced {function} on {compiler}; output shapes {shapes}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from nkibot.backends.base import KernelBackend
-from nkibot.backends.sim import MEASURED_ON, SimBackend
+from nkibot.backends.sim import MEASURED_ON, VERIFY_CAP, SimBackend, verify_timeout
 from nkibot.task import InputSpec, Task
 from nkibot.verify.reference import ReferenceSet, compute_reference
+from nkibot.verify.sandbox import SandboxOutcome, run_sandboxed
 from tests.verify.front_door import checked
 
 KERNELS = Path(__file__).resolve().parents[1] / "fixtures" / "kernels"
@@ -113,6 +115,38 @@ class TestVerify:
         assert not result.ok
         assert result.diagnostics[0].rule in ("sandbox:timeout", "sandbox:cpu-limit")
         assert result.seconds < 15
+
+    def test_verify_limit_grows_with_the_kernels_own_run(self) -> None:
+        """A verification child's limit: the base until ten of the kernel's runs (twice
+        over) need more, then that, up to VERIFY_CAP times the base."""
+        assert verify_timeout(240.0, 10, None) == 240.0
+        assert verify_timeout(240.0, 10, 3.0) == 240.0
+        assert verify_timeout(240.0, 10, 15.0) == 300.0
+        assert verify_timeout(240.0, 10, 100.0) == VERIFY_CAP * 240.0
+
+    def test_verify_children_get_the_limit_the_compile_measured(
+            self, relu_task: Task, relu_ref: ReferenceSet) -> None:
+        """The compile's traced run sizes the verification children's limit (a kernel of
+        14 s a run was killed at 240 s on its seventh trial of ten): every child of the
+        verification runs under verify_timeout(base, trials, the compile's seconds)."""
+        seen: list[tuple[float, int]] = []
+
+        def recording(argv: list[str], stdin: bytes = b"", **kw: object) -> SandboxOutcome:
+            trials = len(json.loads(stdin or b"{}").get("trials") or ())
+            seen.append((float(kw["timeout_s"]), trials))  # type: ignore[arg-type]
+            return run_sandboxed(argv, stdin, **kw)  # type: ignore[arg-type]
+
+        task = relu_task.model_copy(update={"compile_timeout_s": 5.0})
+        backend = SimBackend(runner=recording)
+        compiled = backend.compile(_src("relu_ok.py"), task)
+        assert compiled.ok and seen[0][0] == 5.0
+        result = checked(backend, _src("relu_ok.py"), task, relu_ref)
+        assert result.passed, result.reasons
+        children = seen[1:]
+        assert len(children) == 2 and all(n == len(relu_ref.trials) for _, n in children)
+        want = verify_timeout(10.0, len(relu_ref.trials), compiled.seconds)
+        assert want > 10.0  # ten runs of a child that starts in seconds: over the base
+        assert all(limit == want for limit, _ in children)
 
     def test_needs_reference_set(self, relu_task: Task) -> None:
         """Verify refuses anything but a ReferenceSet (a programming error)."""
