@@ -25,10 +25,9 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import numpy as np
 
-#: ml_dtypes' types, by our name and ml_dtypes' attribute. Importing ml_dtypes costs 0.45 s
-#: of CPU (numpy's PyUFunc_AddLoop registering its loops; perf, ml_dtypes 0.7 on numpy
-#: 2.4): a process that handles only NumPy's own dtypes (the parent, the describe and
-#: reference children of a float32 module) never imports it.
+#: ml_dtypes' types, by our name and ml_dtypes' attribute. A process that handles only
+#: NumPy's own dtypes (the parent, the describe and reference children of a float32 module)
+#: never imports ml_dtypes (0.7.0 costs 0.45-1.4 s of CPU to import; pyproject.toml).
 _ML_DTYPES = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3fn",
               "float8_e5m2": "float8_e5m2"}
 
@@ -58,6 +57,17 @@ class _DtypeTable(Mapping[str, "np.dtype[Any]"]):
 
     def __len__(self) -> int:
         return len(self._names)
+
+
+def finfo(dtype: np.dtype[Any]) -> Any:
+    """Machine limits of a float dtype, NumPy's or ml_dtypes' (ml_dtypes before 0.7 does not
+    teach `np.finfo` its types; `ml_dtypes.finfo` handles both, and is imported only for
+    its own)."""
+    if dtype.kind == "f":
+        return np.finfo(dtype)
+    import ml_dtypes
+
+    return ml_dtypes.finfo(dtype)
 
 
 #: Our dtype names -> NumPy dtypes (ml_dtypes for the ones NumPy lacks).

@@ -41,6 +41,7 @@ from nkibot.verify.protocol import (
     NUMPY_DTYPES,
     ArrayFile,
     BadArrayFile,
+    finfo,
     is_float,
     load_array,
     read_plain,
@@ -147,7 +148,7 @@ def shareable_folder(folder: Path) -> bool:
 
 def overflow_x(dtypes: Sequence[str]) -> float:
     """The smallest x at which exp(x) overflows among the float input dtypes."""
-    found = [math.log(float(np.finfo(NUMPY_DTYPES[d]).max)) for d in dtypes
+    found = [math.log(float(finfo(NUMPY_DTYPES[d]).max)) for d in dtypes
              if is_float(d) and d in NUMPY_DTYPES and d != "float64"]
     return min(found, default=math.log(float(np.finfo(np.float32).max)))
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from nkibot.results import TrialStats, WorstElement
 from nkibot.task import Tolerance
-from nkibot.verify.protocol import NUMPY_DTYPES, is_float
+from nkibot.verify.protocol import NUMPY_DTYPES, finfo, is_float
 
 WORST = 5
 #: The relative comparison of a near-constant reference allows at least this many ulps of
@@ -183,7 +183,7 @@ def output_ulp(e: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any] | fl
     bits = _MANTISSA.get(dtype)
     if bits is None:
         return 0.0
-    tiny = float(np.finfo(NUMPY_DTYPES[dtype]).tiny)
+    tiny = float(finfo(NUMPY_DTYPES[dtype]).tiny)
     with np.errstate(invalid="ignore", divide="ignore"):
         ulp: np.ndarray[Any, Any] = np.exp2(np.floor(np.log2(np.maximum(np.abs(e), tiny)))
                                             - bits)
