@@ -67,7 +67,8 @@ def finfo(dtype: np.dtype[Any]) -> Any:
         return np.finfo(dtype)
     import ml_dtypes
 
-    return ml_dtypes.finfo(dtype)
+    limits: Any = ml_dtypes.finfo  # untyped in some releases
+    return limits(dtype)
 
 
 #: Our dtype names -> NumPy dtypes (ml_dtypes for the ones NumPy lacks).
