@@ -383,14 +383,18 @@ class TestSpecialValues:
         return Expected(values=values, dtype="float32", trial=7, seed=3,
                         label="special values", output=0)
 
-    def test_reference_nan_marks_the_domain_on_special_trials_only(self) -> None:
-        """On a special-values trial an element the reference has no value for (NaN) is not
-        compared; on any other trial the kernel must match the NaN."""
+    def test_reference_nan_is_not_compared_except_on_normal_trials(self) -> None:
+        """On a stress trial an element the reference has no value for (NaN) is not
+        compared; on a normal trial the kernel must match the NaN."""
         e = np.array([1.0, np.nan, 2.0] * 16, dtype=np.float32)
         a = np.array([1.0, 7.0, 2.0] * 16, dtype=np.float32)
         special = compare(self._special(e), a, "float32", TOL)
         assert special.passed and special.out_of_domain == 16
+        large = Expected(values=e, dtype="float32", trial=5, seed=5, label="large magnitude",
+                         output=0)
+        assert compare(large, a, "float32", TOL).out_of_domain == 16
         assert not compare(_exp(e), a, "float32", TOL).passed
+
 
     def test_sign_by_division_fails_at_zero(self) -> None:
         """`x / |x|` for sign gives NaN at exactly 0, where torch.sign gives 0."""
@@ -399,3 +403,57 @@ class TestSpecialValues:
             a = (x / np.abs(x)).astype(np.float32)
         stats = compare(self._special(np.sign(x)), a, "float32", TOL)
         assert not stats.passed and stats.mismatched == 32 and stats.nan_count == 32
+
+class TestOverflow:
+    """KernelBench level 1 90 (cumprod) failed 2 of 10 trials in one run of five."""
+
+    @staticmethod
+    def _large(values: np.ndarray) -> Expected:
+        return Expected(values=values, dtype="float32", trial=5, seed=5,
+                        label="large magnitude", output=0)
+
+    def test_cumprod_past_doubles_range_then_zero(self) -> None:
+        """PyTorch's CPU cumprod accumulates in double: past double's range its product is
+        inf and a later exact 0 makes it NaN, where exp(sum of log|x|) * sign gives the true
+        0. On the large-magnitude trial those NaNs are not compared; the elements before
+        them still are."""
+        import torch
+
+        x = torch.full((64, 400), 9.0) * torch.where(torch.arange(400) % 3 == 0, -1.0, 1.0)
+        x[:, 350] = 0.0
+        ref = torch.cumprod(x, 1).numpy()
+        assert np.isnan(ref[:, 351:]).all() and np.isinf(ref[:, 340]).all()
+        x64 = x.numpy().astype(np.float64)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            logs = np.cumsum(np.log(np.abs(x.numpy())), axis=1, dtype=np.float32)
+            honest = (np.exp(logs) * np.cumprod(np.sign(x64), axis=1)).astype(np.float32)
+        assert (honest[:, 351:] == 0).all()
+        stats = compare(self._large(ref), honest, "float32", TOL)
+        assert stats.passed and stats.out_of_domain == 64 * 50
+        assert not compare(_exp(ref), honest, "float32", TOL).passed
+        wrong = honest.copy()
+        wrong[:, :10] *= 1.01  # finite elements are still compared
+        assert not compare(self._large(ref), wrong, "float32", TOL).passed
+
+    def test_inf_and_the_largest_finite_value_match_at_the_edge(self) -> None:
+        """3.402809e38 (4e-6 below fp32's largest) against inf, of the same sign, is within
+        rtol; further from the edge, or of the other sign, it is not."""
+        big = float(np.finfo(np.float32).max)
+        e = np.array([3.402809e38, -3.402809e38, np.inf, -np.inf] * 8, dtype=np.float32)
+        a = np.array([np.inf, -np.inf, 3.4025e38, -big] * 8, dtype=np.float32)
+        stats = compare(_exp(e), a, "float32", TOL)
+        assert stats.passed and stats.max_abs_error == 0.0
+        for far in ([1e38, -1e38, 1e38, -1e38], [-np.inf, np.inf, -big, big]):
+            a = np.array(far * 8, dtype=np.float32)
+            assert compare(_exp(e), a, "float32", TOL).mismatched == 32
+
+    def test_an_infinite_reference_is_matched_only_by_itself(self) -> None:
+        """Against inf, atol + rtol * |inf| is inf: a finite value far from the edge, or the
+        other infinity, passed the allclose rule (and a bf16 output's ulp rule) before."""
+        e = np.array([np.inf, -np.inf] * 16, dtype=np.float32)
+        for dtype, a in (("float32", np.array([1.0, -np.inf] * 16, dtype=np.float32)),
+                         ("float32", np.array([-np.inf, np.inf] * 16, dtype=np.float32)),
+                         ("bfloat16", np.array([1.0, 2.0] * 16).astype(ml_dtypes.bfloat16))):
+            stats = compare(_exp(e, dtype), a, dtype, TOL)
+            assert not stats.passed and stats.mismatched >= 16
+
