@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from nkibot.lowering.emit.builder import Names
 
 #: Module-level names every generated kernel has: never parameters.
-MODULE_NAMES = frozenset({"nki", "nl", "nisa"}) | frozenset(dir(builtins))
+MODULE_NAMES = frozenset({"nki", "nl", "nisa"})
+#: Builtins: not parameters either, unless the kernel binds the name itself (a forward's
+#: `input` argument, which the static rules would refuse as the builtin).
+BUILTIN_NAMES = frozenset(dir(builtins))
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ def wrap_stages(body: Sequence[str], stages: Sequence[StageCode], helpers: list[
                 names: Names, outputs: Sequence[str]) -> list[str]:
     """`body` (the kernel's lines without the stages' code) with a call to a new helper per
     stage at its place (`StageCode.at`); the helpers are appended to `helpers`."""
-    module = {_def_name(h) for h in helpers} | MODULE_NAMES
+    module = {_def_name(h) for h in helpers} | MODULE_NAMES | (BUILTIN_NAMES - names.taken)
     later = set(outputs)  # names read after the stage being wrapped (stages done backwards)
     calls: list[tuple[int, str]] = []
     made: list[list[str]] = []

@@ -26,3 +26,13 @@ class TestWrapStages:
         out = wrap_stages([], [first, second], helpers, Names({"stage1"}), ["out"])
         assert out == ["    scale = stage1_2(w_v)", "    stage2(scale, out)"]
         assert helpers[1][0] == "def stage1_2(w_v):" and helpers[1][-1] == "    return scale"
+
+    def test_a_kernel_name_that_is_a_builtins_is_a_parameter(self) -> None:
+        """torchvision's SqueezeExcitation names its forward's argument `input`: the stage
+        reading it takes it as a parameter (the static rules refuse the builtin `input`)."""
+        code = StageCode(1, ("    x_v = input.reshape((1, 64, 196))",
+                             "    f(x_v, len, nl.float32)"), 0)
+        helpers = [["def f(x_v, n):", "    pass"]]
+        out = wrap_stages([], [code], helpers, Names({"input", "nki", "nl", "nisa"}), [])
+        assert out == ["    stage1(input)"]
+        assert helpers[-1][0] == "def stage1(input):"  # `len` stays the builtin
