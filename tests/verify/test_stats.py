@@ -395,7 +395,6 @@ class TestSpecialValues:
         assert compare(large, a, "float32", TOL).out_of_domain == 16
         assert not compare(_exp(e), a, "float32", TOL).passed
 
-
     def test_sign_by_division_fails_at_zero(self) -> None:
         """`x / |x|` for sign gives NaN at exactly 0, where torch.sign gives 0."""
         x = np.array([0.0, -0.0, 1.5, -2.0] * 16, dtype=np.float32)
@@ -404,8 +403,9 @@ class TestSpecialValues:
         stats = compare(self._special(np.sign(x)), a, "float32", TOL)
         assert not stats.passed and stats.mismatched == 32 and stats.nan_count == 32
 
+
 class TestOverflow:
-    """KernelBench level 1 90 (cumprod) failed 2 of 10 trials in one run of five."""
+    """KernelBench level 1 90 (cumprod) failed 2 of 10 trials in one run of three."""
 
     @staticmethod
     def _large(values: np.ndarray) -> Expected:
@@ -456,4 +456,3 @@ class TestOverflow:
                          ("bfloat16", np.array([1.0, 2.0] * 16).astype(ml_dtypes.bfloat16))):
             stats = compare(_exp(e, dtype), a, dtype, TOL)
             assert not stats.passed and stats.mismatched >= 16
-
