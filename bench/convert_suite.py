@@ -204,6 +204,8 @@ async def convert_one(path: Path, root: Path, entry: str, model: str, backend: s
     from nkibot.config.settings import Settings
     from nkibot.convert.pipeline import ConvertOptions, convert
     from nkibot.convert.taskload import TaskLoadError, load_task
+    from nkibot.verify import zygote
+    from nkibot.verify.reference import reference_folders
 
     category = category_of(path, root)
     started = time.monotonic()
@@ -217,16 +219,21 @@ async def convert_one(path: Path, root: Path, entry: str, model: str, backend: s
             return Outcome(str(path), category, "too_big", time.monotonic() - started, 0,
                            f"inputs stay over {max_elements} elements ({note})", shrunk=note)
         try:
-            task = await asyncio.to_thread(load_task, load_path, entry, display_path=str(path))
-            decided = time.monotonic()
-            declined = await asyncio.to_thread(_lowering_declines, task) if (
-                model == "lowering") else None
-            lower_s = time.monotonic() - decided
-            if declined is not None:
-                return Outcome(str(path), category, "declined", time.monotonic() - started, 0,
-                               declined[:200], shrunk=note, lower_s=lower_s)
-            result = await convert(task, settings=Settings(),
-                                   options=ConvertOptions(model=model, backend=backend))
+            settings = Settings()
+            # As `nkibot convert` does: the torch children fork from one warm sandbox.
+            with zygote.session(reference_folders(load_path), enabled=settings.warm_sandbox):
+                task = await asyncio.to_thread(load_task, load_path, entry,
+                                               display_path=str(path))
+                decided = time.monotonic()
+                declined = await asyncio.to_thread(_lowering_declines, task) if (
+                    model == "lowering") else None
+                lower_s = time.monotonic() - decided
+                if declined is not None:
+                    return Outcome(str(path), category, "declined",
+                                   time.monotonic() - started, 0, declined[:200], shrunk=note,
+                                   lower_s=lower_s)
+                result = await convert(task, settings=settings,
+                                       options=ConvertOptions(model=model, backend=backend))
         except TaskLoadError as exc:
             return Outcome(str(path), category, "failed", time.monotonic() - started, 0,
                            f"could not load: {exc}", shrunk=note)

@@ -2,6 +2,7 @@
 
     python bench/time_to_verdict.py [--case NAME ...] [--max-input-elements 4194304]
                                     [--profile DIR] [--json OUT.json] [--kb /work/kb]
+                                    [--modes warm,cold]
 
 Each case runs `nkibot convert FILE::Name` with the default settings (model auto, backend
 auto, 3 optimize turns) in a fresh Python process, exactly as a user types it, and the
@@ -12,6 +13,12 @@ process reports a timestamp for every event:
   sandboxed child: the lowering child, the reference child, compile (trace) children,
   verification children (two per verification: the determinism pair), profile children;
 - report: writing the outputs and the summary, to the process's exit.
+
+`--modes warm,cold` runs every case both ways, side by side in one run: `warm` (the
+default settings: the torch children fork from the conversion's warm sandbox,
+`nkibot.verify.zygote`) and `cold` (`NKIBOT_WARM_SANDBOX=0`: each child starts a cold
+interpreter, as before). A child's time is its wall time either way; a warm child's
+includes waiting for the warm sandbox to finish importing torch.
 
 KernelBench cases are converted from a shrunk copy (`bench/shrink.py`, as
 `bench/convert_suite.py --max-input-elements` does); the copy is made by this parent, so
@@ -100,6 +107,19 @@ def _instrument(events: list[dict[str, Any]], profile_dir: Path | None, case: st
                 _replay(json.loads(stdin), profile_dir / f"{case}.{kind.split()[0]}.prof")
 
     sandbox._run = timed_run  # type: ignore[assignment]
+    from nkibot.verify import zygote
+
+    run_warm = zygote.Zygote.run
+
+    def timed_warm(self: Any, argv: list[str], stdin: bytes, **kw: Any) -> Any:
+        began = time.time()
+        try:
+            return run_warm(self, argv, stdin, **kw)
+        finally:
+            events.append({"what": _child_kind(list(argv), stdin), "start": began,
+                           "end": time.time()})
+
+    zygote.Zygote.run = timed_warm  # type: ignore[method-assign]
     on_stage = cli.Progress.on_stage
 
     def stage(self: Any, name: str) -> None:
@@ -157,8 +177,8 @@ def child_main(case: str, file: Path, out_dir: Path, profile_dir: Path | None) -
 
 # ---- the parent: spawn, time, tabulate ---------------------------------------------------
 
-def run_case(case: str, kb: Path, max_elements: int | None, profile_dir: Path | None
-             ) -> dict[str, Any]:
+def run_case(case: str, kb: Path, max_elements: int | None, profile_dir: Path | None,
+             mode: str = "warm") -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ttv-") as tmp:
         file = _source_file(case, kb, Path(tmp), max_elements)
         argv = [sys.executable, str(Path(__file__).resolve()), "--child", case,
@@ -168,15 +188,16 @@ def run_case(case: str, kb: Path, max_elements: int | None, profile_dir: Path | 
             argv += ["--profile", str(profile_dir)]
         spawned = time.time()
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+                              env={**os.environ, "PYTHONPATH": str(REPO),
+                                   "NKIBOT_WARM_SANDBOX": "1" if mode == "warm" else "0"})
         ended = time.time()
     line = next((ln for ln in proc.stdout.splitlines()[::-1] if ln.startswith("TTV ")), None)
     if line is None:
-        return {"case": case, "error": (proc.stderr or proc.stdout)[-800:],
+        return {"case": case, "mode": mode, "error": (proc.stderr or proc.stdout)[-800:],
                 "total": ended - spawned}
     events = json.loads(line[4:])
     status = [ln for ln in proc.stdout.splitlines() if ln and not ln.startswith("TTV ")][:1]
-    return {"case": case, "spawned": spawned, "ended": ended, "events": events,
+    return {"case": case, "mode": mode, "spawned": spawned, "ended": ended, "events": events,
             "verdict": status[0].split(":")[0] if status else "", "total": ended - spawned}
 
 
@@ -205,17 +226,19 @@ CHILDREN = ["describe child", "lowering child", "reference child", "compile chil
 
 
 def table(runs: list[dict[str, Any]]) -> str:
-    head = ("| case | verdict | " + " | ".join(COLUMNS) + " | "
+    head = ("| case | mode | verdict | " + " | ".join(COLUMNS) + " | "
             + " | ".join(f"{c}ren (n)" for c in CHILDREN) + " |")
-    rows = [head, "|" + "---|" * (2 + len(COLUMNS) + len(CHILDREN))]
+    rows = [head, "|" + "---|" * (3 + len(COLUMNS) + len(CHILDREN))]
     for run in runs:
         if "error" in run:
-            rows.append(f"| {run['case']} | error: {run['error'][-200:]!r} |")
+            rows.append(f"| {run['case']} | {run.get('mode', '')} | "
+                        f"error: {run['error'][-200:]!r} |")
             continue
         b = breakdown(run)
         cells = [f"{b[c]:.1f}" if c in b else "-" for c in COLUMNS]
         kids = [f"{b[c]:.1f} ({int(b[c + ' n'])})" if c in b else "-" for c in CHILDREN]
-        rows.append(f"| {run['case']} | {run['verdict']} | " + " | ".join(cells + kids) + " |")
+        rows.append(f"| {run['case']} | {run.get('mode', 'warm')} | {run['verdict']} | "
+                    + " | ".join(cells + kids) + " |")
     return "\n".join(rows)
 
 
@@ -239,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-input-elements", type=int, default=4194304)
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--modes", default="warm",
+                        help="comma-separated: warm (default settings), cold (no warm sandbox)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--file", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -249,11 +274,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     runs = []
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or any(m not in ("warm", "cold") for m in modes):
+        parser.error("--modes takes warm, cold or both")
     for case in args.case or list(CASES):
-        runs.append(run_case(case, args.kb, args.max_input_elements, args.profile))
-        b = breakdown(runs[-1]) if "events" in runs[-1] else {}
-        print(f"{case}: {runs[-1]['total']:.1f} s {runs[-1].get('verdict', '')}"
-              f" {json.dumps({k: round(v, 2) for k, v in b.items()})}", flush=True)
+        for mode in modes:
+            runs.append(run_case(case, args.kb, args.max_input_elements, args.profile, mode))
+            b = breakdown(runs[-1]) if "events" in runs[-1] else {}
+            print(f"{case} ({mode}): {runs[-1]['total']:.1f} s {runs[-1].get('verdict', '')}"
+                  f" {json.dumps({k: round(v, 2) for k, v in b.items()})}", flush=True)
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f} (wall seconds, this host)")
     print(table(runs))

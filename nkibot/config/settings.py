@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     #: The unprivileged host uid/gid children run as when the runner is root.
     sandbox_uid: int = Field(default=65534, ge=1)
     sandbox_gid: int = Field(default=65534, ge=1)
+    #: Fork a conversion's torch children (describe, lowering, reference) from one warm,
+    #: fully confined sandbox that imported torch once (`nkibot.verify.zygote`); off:
+    #: each starts a cold interpreter.
+    warm_sandbox: bool = True
 
     # Agent loop
     max_tokens_per_job: int = Field(default=500_000, ge=1)

@@ -134,6 +134,8 @@ def convert(
     from nkibot.convert.taskload import TaskLoadError, load_task
     from nkibot.github.artifacts import write_local_outputs
     from nkibot.logging import configure
+    from nkibot.verify import zygote
+    from nkibot.verify.reference import reference_folders
 
     err = Console(stderr=True, log_path=False)
     path, name = _split_target(target)
@@ -145,20 +147,23 @@ def convert(
     # Logs go to stderr, scrubbed, and only warnings: stdout carries the --json result.
     configure("warning", json=False)
     host_isolation = _isolation_notice(settings, err)
-    try:
-        overrides = [parse_shape(s) for s in shape or []]
-        task = load_task(path, name, shapes=overrides or None, turns=turns,
-                         compile_timeout_s=settings.compile_timeout_s, display_path=str(path))
-    except (TaskLoadError, ValueError) as exc:
-        err.print(f"[red]cannot load {target}:[/] {exc}", markup=True)
-        raise typer.Exit(2) from exc
-    progress = Progress(err)
-    with err.status(progress._text()) as status:
-        progress.status = status
-        result = asyncio.run(run_pipeline(task, settings=settings, options=ConvertOptions(
-            model=model, backend=backend, turns=turns, on_turn=progress.on_turn,
-            on_stage=progress.on_stage, target=target, platform=chosen,
-            optimize_turns=optimize_turns)))
+    # The torch children start from one warm sandbox, which imports torch from now on.
+    with zygote.session(reference_folders(path), enabled=settings.warm_sandbox):
+        try:
+            overrides = [parse_shape(s) for s in shape or []]
+            task = load_task(path, name, shapes=overrides or None, turns=turns,
+                             compile_timeout_s=settings.compile_timeout_s,
+                             display_path=str(path))
+        except (TaskLoadError, ValueError) as exc:
+            err.print(f"[red]cannot load {target}:[/] {exc}", markup=True)
+            raise typer.Exit(2) from exc
+        progress = Progress(err)
+        with err.status(progress._text()) as status:
+            progress.status = status
+            result = asyncio.run(run_pipeline(task, settings=settings, options=ConvertOptions(
+                model=model, backend=backend, turns=turns, on_turn=progress.on_turn,
+                on_stage=progress.on_stage, target=target, platform=chosen,
+                optimize_turns=optimize_turns)))
     written = write_local_outputs(result, task, out)
     if json_output:
         typer.echo(result.model_dump_json(indent=2))

@@ -21,6 +21,7 @@ from nkibot.task import Dtype, InputSpec, Task, Tolerance, default_tolerances
 from nkibot.verify.client import run_harness
 from nkibot.verify.reference import harness_env, reference_path
 from nkibot.verify.sandbox import Confinement
+from nkibot.verify.zygote import workdir
 
 DTYPES: frozenset[str] = frozenset(get_args(Dtype))
 
@@ -63,7 +64,7 @@ def _read(path: Path, name: str, shown: str) -> str:
 def _describe(task: Task, timeout_s: float) -> dict[str, Any]:
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="nkibot-desc-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="nkibot-desc-", dir=workdir()) as scratch:
         source = reference_path(task, Path(scratch))
         request = {"op": "describe", "reference_path": str(source),
                    "entry_point": task.entry_point, "init_kwargs": task.init_kwargs}

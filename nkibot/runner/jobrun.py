@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 import structlog
@@ -42,6 +42,8 @@ from nkibot.runner.progress import ProgressReporter
 from nkibot.runner.timings import Timings
 from nkibot.runner.workspace import workspace
 from nkibot.task import Task
+from nkibot.verify import zygote
+from nkibot.verify.reference import shown_folders
 
 log = structlog.get_logger("nkibot.runner.job")
 Outcome = Literal["done", "release"]
@@ -113,29 +115,35 @@ class JobRunner:
         async with workspace(self.gh, job.repo, job.sha,
                              max_repo_mb=self.settings.max_repo_mb) as root:
             self.timings.add("fetch", time.monotonic() - t0)
-            t1 = time.monotonic()
-            prep = await prepare(self.gw, job, root, self.settings)
-            self.timings.add("discovery", time.monotonic() - t1)
-            reporter = ProgressReporter(self.run.progress, job.target,
-                                        interval_s=self.settings.check_run_update_interval_s,
-                                        max_turns=job.options.turns or prep.task.max_turns)
-            try:
-                if job.options.reprofile_only:
-                    result = await self._reprofile(prep)
-                else:
-                    result = await run_conversion(prep.task, self.settings, job,
-                                                  core_id=self.core_id, on_turn=reporter.on_turn,
-                                                  should_stop=self.should_stop,
-                                                  on_stage=self.timings.on_stage)
-            finally:
-                self.timings.end_stage()
-                await reporter.close()
+            # The job's torch children fork from one warm sandbox that sees the checkout.
+            with zygote.session(shown_folders(root), enabled=self.settings.warm_sandbox):
+                prep, result = await self._convert(root)
             self.result = result
             if result.status == "cancelled" and self.releasing():
                 return "release"
             prep.integrated = integration(prep, result, root)
         await self.finish(prep, result)
         return "done"
+
+    async def _convert(self, root: Path) -> tuple[Prepared, ConversionResult]:
+        job, t1 = self.job, time.monotonic()
+        prep = await prepare(self.gw, job, root, self.settings)
+        self.timings.add("discovery", time.monotonic() - t1)
+        reporter = ProgressReporter(self.run.progress, job.target,
+                                    interval_s=self.settings.check_run_update_interval_s,
+                                    max_turns=job.options.turns or prep.task.max_turns)
+        try:
+            if job.options.reprofile_only:
+                result = await self._reprofile(prep)
+            else:
+                result = await run_conversion(prep.task, self.settings, job,
+                                              core_id=self.core_id, on_turn=reporter.on_turn,
+                                              should_stop=self.should_stop,
+                                              on_stage=self.timings.on_stage)
+        finally:
+            self.timings.end_stage()
+            await reporter.close()
+        return prep, result
 
     async def _reprofile(self, prep: Prepared) -> ConversionResult:
         from nkibot.convert.pipeline import kernel_path

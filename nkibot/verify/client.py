@@ -19,8 +19,8 @@ from nkibot.verify.sandbox import (
     SandboxOutcome,
     disk_full_reason,
     python_module_argv,
-    run_sandboxed,
 )
+from nkibot.verify.zygote import run as run_confined
 
 HARNESS = "nkibot.verify.harness"
 
@@ -48,13 +48,15 @@ class HarnessReply:
 def run_harness(
     request: dict[str, Any], *, timeout_s: float, memory_mb: int | None = 8192,
     extra_env: dict[str, str] | None = None,
-    runner: Callable[..., SandboxOutcome] = run_sandboxed,
+    runner: Callable[..., SandboxOutcome] = run_confined,
     confinement: Confinement = REFERENCE, module: str = HARNESS,
 ) -> HarnessReply:
     """Run one harness op in the sandbox; never raises for anything the child does.
 
     `extra_env` carries device pinning (NEURON_RT_VISIBLE_CORES) for the neuron backend;
-    `runner` is the sandbox entry point (injectable so backends can be unit-tested);
+    `runner` is the sandbox entry point (injectable so backends can be unit-tested; by
+    default a torch child forks from the conversion's warm sandbox where it has one,
+    `nkibot.verify.zygote`, and every other child starts cold);
     `confinement` names what the child may read and write; `module` is the child to run
     (this harness, or a backend's own kernel child that speaks the same protocol).
     """

@@ -46,6 +46,19 @@ class Capped:
         return bytes(self._first) + mark + bytes(self._last)
 
 
+def capped_file(fd: int, head: int, tail: int) -> bytes:
+    """What a `Capped(head, tail)` fed a whole file would keep: its first `head` and
+    last `tail` bytes (read with pread, nothing in between), marked as there."""
+    size = os.fstat(fd).st_size
+    kept = Capped(head, tail)
+    kept.add(os.pread(fd, min(size, head), 0))
+    start = max(head, size - tail)
+    if start < size:
+        kept.add(os.pread(fd, size - start, start))
+    kept.dropped += max(0, start - head)
+    return kept.value()
+
+
 def pump(proc: subprocess.Popen[bytes], stdin: bytes, out: Capped, err: Capped,
          deadline: float) -> bool:
     """Feed and drain `proc` until both outputs close or `deadline`; True on time-out."""

@@ -48,6 +48,7 @@ from nkibot.verify.protocol import (
 )
 from nkibot.verify.sandbox import Confinement
 from nkibot.verify.stats import SPECIAL_LABEL
+from nkibot.verify.zygote import workdir
 
 LARGE_SCALE = 10.0
 OFFSET = 100.0
@@ -140,6 +141,18 @@ def reference_path(task: Task, scratch: Path) -> Path:
     return path
 
 
+def reference_folders(path: Path) -> tuple[Path, ...]:
+    """The folder a conversion's children are shown when they import `path` in place
+    (`reference_path`), for a warm sandbox's view, which is fixed when it starts."""
+    return shown_folders(Path(path).resolve().parent)
+
+
+def shown_folders(folder: Path) -> tuple[Path, ...]:
+    """`folder`, if a sandboxed child may be shown it (`shareable_folder`)."""
+    found = Path(folder).resolve()
+    return (found,) if shareable_folder(found) else ()
+
+
 def shareable_folder(folder: Path) -> bool:
     """Whether a sandboxed child may be shown `folder`: not the temp root or one above it."""
     temp, found = Path(tempfile.gettempdir()).resolve(), folder.resolve()
@@ -175,8 +188,9 @@ def trial_plan(task: Task, draw: Any = secrets.randbits) -> list[dict[str, Any]]
 def compute_reference(task: Task, *, timeout_s: float = 120.0,
                       memory_mb: int | None = 8192) -> ReferenceSet:
     """Run the reference for every trial in the sandbox; raise ReferenceRunError if it fails."""
-    root = Path(tempfile.mkdtemp(prefix="nkibot-ref-"))
-    expected_root = Path(tempfile.mkdtemp(prefix="nkibot-exp-"))
+    warm = workdir()
+    root = Path(tempfile.mkdtemp(prefix="nkibot-ref-", dir=warm))
+    expected_root = Path(tempfile.mkdtemp(prefix="nkibot-exp-", dir=warm))
     try:
         for sub in ("inputs", "state", "src"):
             (root / sub).mkdir()
@@ -198,6 +212,8 @@ def compute_reference(task: Task, *, timeout_s: float = 120.0,
             root / "inputs", root / "state", expected_root))
         reply = run_harness(request, timeout_s=timeout_s, memory_mb=memory_mb,
                             extra_env=harness_env(task), confinement=confinement)
+        if warm is not None:
+            root, expected_root = _take_back(root, expected_root)
         if reply.response is None or not reply.response.get("ok"):
             raise ReferenceRunError(f"{task.entry_point}: " + explain(
                 reply.failure(), memory_mb, Limits.fsize_mb))
@@ -239,6 +255,18 @@ def _flops(trials: list[Any]) -> float | None:
     found = trials[0].get("flops") if trials and isinstance(trials[0], dict) else None
     ok = isinstance(found, int | float) and not isinstance(found, bool) and found >= 0
     return float(found) if ok and math.isfinite(float(found)) else None  # type: ignore[arg-type]
+
+
+def _take_back(*roots: Path) -> list[Path]:
+    """Move the run's folders out of the warm sandbox's work directory (sealed first), to
+    the temp root: no later run forked there can rename or replace them."""
+    _seal(*roots)
+    moved = []
+    for root in roots:
+        target = Path(tempfile.mkdtemp(prefix=root.name.rsplit("-", 1)[0] + "-"))
+        root.replace(target)
+        moved.append(target)
+    return moved
 
 
 def _seal(*roots: Path) -> None:

@@ -40,8 +40,8 @@ from nkibot.verify.launch import Launch, Limits
 from nkibot.verify.pipes import Capped, pump
 from nkibot.verify.view import KERNEL, REFERENCE, Confinement
 
-__all__ = ["KERNEL", "REFERENCE", "Confinement", "SandboxOutcome", "child_env",
-           "python_module_argv", "run_sandboxed"]
+__all__ = ["KERNEL", "REFERENCE", "Confinement", "SandboxOutcome", "Started", "child_env",
+           "python_module_argv", "run_sandboxed", "start_confined"]
 
 # Variables a child may inherit: locale, time zone, and numeric-library switches that
 # keep results correct on some CPUs. Nothing that can carry a credential.
@@ -247,6 +247,61 @@ def run_sandboxed(
                           killed_by_signal=-code if code < 0 and not timed_out else None,
                           isolation=labels, seconds=seconds, memory_mb=memory_mb,
                           write_limit_hit=hit)
+
+
+@dataclass
+class Started:
+    """A long-lived child under full isolation (a conversion's warm sandbox): its process,
+    its isolation labels and its host scratch directory, removed by `close`."""
+
+    proc: subprocess.Popen[bytes]
+    isolation: list[str]
+    scratch: tempfile.TemporaryDirectory[str]
+
+    def close(self) -> None:
+        """Kill the child's whole sandbox and remove its scratch; safe to call twice."""
+        _kill_group(self.proc)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=DRAIN_S)
+        if self.proc.returncode is None:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self.scratch.cleanup()
+
+
+def start_confined(argv: list[str], *, memory_mb: int | None, cpu_s: int | None,
+                   confinement: Confinement, extra_env: dict[str, str] | None = None
+                   ) -> Started | None:
+    """Start `argv` under full isolation, with pipes to its stdin, stdout and stderr, and
+    return at once; None where this host gives less than full isolation (a long-lived
+    child is only ever a fully confined one). The caller owns the pipes and `close`s it.
+    """
+    found = isolation.current()
+    if found.level != "full":
+        return None
+    policy = isolation.policy()
+    tmp = tempfile.TemporaryDirectory(prefix="nkibot-sbx-")
+    scratch = Path(tmp.name)
+    env = child_env(scratch, extra_env)
+    fds: tuple[int, ...] = ()
+    try:
+        command, launch, fds = _full(argv, env, scratch, confinement, found, policy,
+                                     Limits(memory_mb, cpu_s, policy.nproc))
+        with _SPAWN:
+            proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, cwd=scratch, env=env,
+                                    pass_fds=fds, start_new_session=True, preexec_fn=launch)
+    except BaseException:
+        tmp.cleanup()
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return Started(proc, found.labels() + _applied(confinement), tmp)
 
 
 def _applied(confinement: Confinement) -> list[str]:

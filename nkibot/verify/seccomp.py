@@ -9,6 +9,11 @@ Two filters, because the interpreter itself has to be exec'd after the first one
 - stage 2, loaded by the child (`nkibot.verify.confine`) before any untrusted code runs:
   no `execve`. Together: the interpreter is the only program the sandbox ever executes.
 
+A conversion's warm torch sandbox (`nkibot.verify.zygote`) is started with stage 1 for
+processes (it forks) and loads stage 2 itself before importing anything; each process it
+forks loads `no_processes` before any untrusted code runs, which gives that process the
+same rules as a cold child: no fork, no exec.
+
 Denied calls fail with EPERM (ENOSYS for clone3), so untrusted code gets an ordinary
 OSError rather than a dead process; what matters is that the call never happens.
 """
@@ -67,6 +72,20 @@ def stage_two() -> bytes:
     flt = sc.SyscallFilter(sc.ALLOW)
     flt.add_rule(sc.ERRNO(errno.EPERM), "execve")
     flt.add_rule(sc.ERRNO(errno.EPERM), "execveat")
+    return _export(flt)
+
+
+@functools.cache
+def no_processes() -> bytes:
+    """BPF a warm sandbox's forked child loads: no fork and no exec (with the stage 1
+    rules it inherits, exactly a cold child's filter)."""
+    import pyseccomp as sc
+
+    flt = sc.SyscallFilter(sc.ALLOW)
+    for name in (*_PROCESS_CALLS, "execve"):
+        flt.add_rule(sc.ERRNO(errno.EPERM), name)
+    flt.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
+    flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     return _export(flt)
 
 

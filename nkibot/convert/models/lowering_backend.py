@@ -9,7 +9,8 @@ from collections.abc import Callable
 from nkibot.convert.models.base import Conversation, ModelBackendBase, ModelReply, ToolCall
 from nkibot.lowering.plan import Declined, Lowered, Variant
 from nkibot.task import Task
-from nkibot.verify.sandbox import python_module_argv, run_sandboxed
+from nkibot.verify.sandbox import python_module_argv
+from nkibot.verify.zygote import run as run_confined
 
 CALL_ID = "lowering-verify"
 #: At most this many tiling variants are taken from the child (each costs a verify run).
@@ -19,7 +20,7 @@ Lower = Callable[[Task], "Lowered | Declined"]
 
 def lower_in_sandbox(task: Task, timeout_s: float = 60.0) -> Lowered | Declined:
     """Run the lowering child (it executes the user's module) and parse its answer."""
-    outcome = run_sandboxed(python_module_argv("nkibot.lowering"),
+    outcome = run_confined(python_module_argv("nkibot.lowering"),
                             stdin=task.model_dump_json().encode(), timeout_s=timeout_s)
     if not outcome.ok:
         return Declined([], f"lowering failed in the sandbox: {outcome.reason()}",
