@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import anyio
@@ -123,8 +124,24 @@ def _register_convert(server: MCPServer, tools: Tools) -> None:
             platform = checked_generation(target_generation, tools.settings.target)
         except ToolInputError as exc:
             raise ToolError(str(exc)) from exc
-        task = await _in_thread(functools.partial(tools.task, target, shapes, turns))
-        return await _convert(tools, ctx, task, target, model, turns, platform)
+        from nkibot.verify import zygote
+
+        # As `nkibot convert` does: the torch children fork from one warm sandbox.
+        with zygote.session(_folders(tools, target), enabled=tools.settings.warm_sandbox):
+            task = await _in_thread(functools.partial(tools.task, target, shapes, turns))
+            return await _convert(tools, ctx, task, target, model, turns, platform)
+
+
+def _folders(tools: Tools, target: str) -> tuple[Path, ...]:
+    """The target's folder for the warm sandbox's view (none for a bad target: loading
+    the task then says what is wrong with it)."""
+    from nkibot.verify.reference import reference_folders
+
+    try:
+        file, _ = tools.workspace.target(target)
+    except ToolInputError:
+        return ()
+    return reference_folders(file)
 
 
 async def _convert(tools: Tools, ctx: Context, task: Any, target: str, model: str,
