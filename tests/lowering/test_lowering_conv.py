@@ -260,11 +260,140 @@ class TestDepthwiseAndChains:
         assert "self.depthwise" in lowered.source and "self.pointwise" in lowered.source
         check_on_sim(task)
 
-    def test_conv_then_elementwise_is_staged(self) -> None:
+    def test_conv_then_elementwise_is_one_group(self) -> None:
+        """The multiply after the ReLU is the eviction's tail (TestConvTail), no stage."""
         src = module_source("torch.relu(self.conv(x)) * 2",
                             init="        self.conv = nn.Conv2d(3, 4, 3)")
         task = make_task(src, [(1, 3, 8, 8)])
-        assert lower_ok(task).plan[0].startswith("conv group of 2 ops")
+        lowered = lower_ok(task)
+        assert lowered.plan == [] and "def conv_tail(" in lowered.source
+        check_on_sim(task)
+
+
+class TestConvTail:
+    """Pointwise ops after a conv that its eviction's own steps do not take run on the
+    evicted tile (convtail.py): one group, the conv's value never stored to HBM and read
+    back (a conv stage and a row-wise stage through HBM scratch before)."""
+
+    @pytest.mark.parametrize(("init", "expr", "shapes"), [
+        # HardSwish written out (KernelBench level 2 57): literals only
+        ("        self.conv = nn.Conv2d(4, 8, 3)",
+         "(lambda y: y * torch.clamp((y + 3) / 6, 0, 1))(torch.relu(self.conv(x)))",
+         [(2, 4, 10, 9)]),
+        # a per-channel parameter (C, 1, 1) and a scale (level 2 82 without its pool)
+        ("        self.conv = nn.Conv2d(3, 6, 3, padding=1)\n"
+         "        self.bias = nn.Parameter(torch.randn(6, 1, 1))",
+         "torch.tanh(self.conv(x)) * 2.0 + self.bias", [(2, 3, 7, 8)]),
+        # a tensor of the output's shape (a second input) and GELU
+        ("        self.conv = nn.Conv2d(3, 5, 3)",
+         "F.gelu(self.conv(x) + y) * torch.sigmoid(y)", [(2, 3, 9, 9), (2, 5, 7, 7)]),
+        # a 3-D conv with groups, Mish written as PyTorch has it
+        ("        self.conv = nn.Conv3d(4, 6, 3, groups=2)",
+         "torch.tanh(F.mish(self.conv(x)))", [(1, 4, 6, 7, 5)]),
+        # a 1-D conv, where(...) on a comparison
+        ("        self.conv = nn.Conv1d(3, 7, 5, padding=2)",
+         "(lambda y: torch.where(y > 0, y, y * 0.2))(self.conv(x)) - 0.5",
+         [(3, 3, 40)]),
+    ])
+    def test_tail_fused_and_verified(self, init: str, expr: str,
+                                     shapes: list[tuple[int, ...]]) -> None:
+        args = "x, y" if len(shapes) == 2 else "x"
+        task = make_task(module_source(expr, args=args, init=init), shapes)
+        lowered = lower_ok(task)
+        assert lowered.plan == [], lowered.plan
+        assert "def conv_tail(" in lowered.source and "buffer=nl.hbm" not in lowered.source
+        check_on_sim(task)
+
+    def test_the_staged_tail_is_a_variant(self) -> None:
+        """Fusing is not always faster (the tail shares the eviction's engines): the staged
+        form is a variant the optimize phase times, kept only when faster."""
+        init = "        self.conv = nn.Conv2d(4, 8, 3)"
+        lowered = lower_ok(make_task(module_source("F.silu(self.conv(x)) * 0.5 + 1", init=init),
+                                     [(2, 4, 8, 8)]))
+        staged = [v for v in lowered.variants if v.name == "conv tail tiling staged"]
+        assert len(staged) == 1 and "def conv_tail(" not in staged[0].source
+        assert "Schedule: 2 stages" in staged[0].source
+
+    def test_folded_norm_then_tail(self) -> None:
+        """An eval BatchNorm still folds into the eviction; the ops after it are the tail."""
+        init = ("        self.conv = nn.Conv2d(4, 8, 3, bias=False)\n"
+                "        self.bn = nn.BatchNorm2d(8)\n" + BN_STATS)
+        task = make_task(module_source("(lambda y: y * torch.sigmoid(y))(self.bn(self.conv(x)) "
+                                       "* 1.5)", init=init), [(2, 4, 9, 11)])
+        lowered = lower_ok(task)
+        assert lowered.plan == [] and "def fold_norm(" in lowered.source
+        assert "def conv_tail(" in lowered.source
+        check_on_sim(task)
+
+    @pytest.mark.parametrize("stride", [1, 2])
+    def test_transposed_conv_tail(self, stride: int) -> None:
+        """A transposed conv takes a tail (level 2 5: subtract a per-channel bias, tanh),
+        phase by phase (stride 2) or over the zero-inserted plane (stride 1)."""
+        init = (f"        self.conv = nn.ConvTranspose2d(4, 6, 3, stride={stride}, padding=1)\n"
+                "        self.bias = nn.Parameter(torch.randn(6, 1, 1))")
+        task = make_task(module_source("torch.tanh(self.conv(x) - self.bias)", init=init),
+                         [(2, 4, 6, 7)])
+        lowered = lower_ok(task)
+        assert lowered.plan == [] and "def conv_tail(" in lowered.source
+        check_on_sim(task)
+
+    @pytest.mark.parametrize("name", ["tconv2d_phase_band", "tconv3d_phase_band_mixed"])
+    def test_phase_band_takes_a_tail_without_tensors(self, name: str) -> None:
+        """The banded phase form's partitions are rows x channels: a tail of literals runs
+        on them (level 2 100: clamp then divide, the clamp moved from the eviction)."""
+        ctor, shape = CONVS[name]
+        task = make_task(module_source("torch.clamp(self.conv(x), min=-0.5) / 2.0",
+                                       init=f"        self.conv = {ctor}"), [shape])
+        lowered = lower_ok(task)
+        assert lowered.plan == [] and "def conv_phase_band_tile(" in lowered.source
+        assert "def conv_tail(" in lowered.source
+        check_on_sim(task)
+
+    def test_phase_band_with_a_parameter_is_staged(self) -> None:
+        ctor, shape = CONVS["tconv2d_phase_band"]
+        init = f"        self.conv = {ctor}\n        self.b = nn.Parameter(torch.randn(8, 1, 1))"
+        task = make_task(module_source("torch.tanh(self.conv(x) + self.b)", init=init), [shape])
+        lowered = lower_ok(task)
+        assert len(lowered.plan) == 2, lowered.plan
+        check_on_sim(task)
+
+    def test_transposed_residual_moves_to_the_tail(self) -> None:
+        """A transposed conv's eviction takes only its bias: a residual add and HardSwish
+        after it (level 2 26) are the tail, the residual loaded at the tile's positions."""
+        init = ("        self.conv = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, "
+                "output_padding=1)")
+        task = make_task(module_source("F.hardswish(self.conv(x) + y) * y", args="x, y",
+                                       init=init), [(2, 4, 5, 6), (2, 6, 10, 12)])
+        lowered = lower_ok(task)
+        assert lowered.plan == [] and "def conv_tail(" in lowered.source
+        check_on_sim(task)
+
+    def test_bf16_output_is_cast_by_the_tail(self) -> None:
+        init = "        self.conv = nn.Conv2d(4, 8, 3)"
+        task = make_task(module_source("(F.silu(self.conv(x.float())) * 0.5).to(x.dtype)",
+                                       init=init),
+                         [(2, 4, 8, 8)], "bfloat16")
+        lowered = lower_ok(task)
+        assert "def conv_tail(" in lowered.source and "out_cast = nl.copy(" in lowered.source
+        check_on_sim(task)
+
+    def test_a_channel_reduction_is_staged(self) -> None:
+        """min over the channels (level 2 32) is no tail: the partitions are the channels."""
+        init = "        self.conv = nn.Conv2d(3, 8, 3)"
+        task = make_task(module_source("torch.min(self.conv(x) * 2.0, dim=1, keepdim=True)[0]",
+                                       init=init), [(2, 3, 8, 8)])
+        lowered = lower_ok(task)
+        assert lowered.plan and lowered.plan[0].startswith("conv group"), lowered.plan
+        check_on_sim(task)
+
+    def test_a_residual_on_partial_rows_is_staged(self) -> None:
+        """A full-shape tensor in the tail needs tiles of whole rows: output rows of 600
+        positions are split across tiles, so the tail falls back to a stage."""
+        init = "        self.conv = nn.Conv2d(2, 3, 3)"
+        task = make_task(module_source("torch.relu(self.conv(x)) * y", args="x, y", init=init),
+                         [(1, 2, 3, 602), (1, 3, 1, 600)])
+        lowered = lower_ok(task)
+        assert len(lowered.plan) == 2, lowered.plan
         check_on_sim(task)
 
 

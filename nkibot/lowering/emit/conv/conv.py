@@ -16,10 +16,18 @@ and output tiles; the input plane is loaded once per batch element.
 from __future__ import annotations
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
-from nkibot.lowering.emit.conv import convband, convload, convphase, convslab, depthwise
+from nkibot.lowering.emit.conv import (
+    convband,
+    convload,
+    convphase,
+    convslab,
+    convtail,
+    depthwise,
+)
 from nkibot.lowering.emit.conv.epilogue import (
     EVICT_ACT,
     Epilogue,
+    as_tail,
     emit_folded_norm,
     emit_steps,
     find_epilogue,
@@ -39,6 +47,8 @@ from nkibot.lowering.schedule.convspec import (
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
 
 _leaf = leaf_arg
+#: The variant decision that stages a conv's tail instead (Kernel.choices).
+TAIL_DECISION = "conv tail"
 
 
 def emit_conv(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
@@ -90,13 +100,30 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     w_leaf = res.graph.leaf(w)
     assert w_leaf is not None
     spec = conv_spec(op, x_shape, w_leaf.shape)
+    tail = None
+    if epi is not None and spec.transposed and epi.prefix:
+        epi = as_tail(res, op, epi) or epi  # its activations and clamps as tail ops
     if epi is not None:
-        if spec.transposed or (depthwise.fits(spec) and (
-                epi.residual is not None or spec.cout != spec.cin)):
-            raise LayoutError(f"{epi.origins} on a transposed conv's eviction, or a residual or "
-                              "channel multiplier on a depthwise one's (staged instead)")
+        if (spec.transposed and epi.prefix) or (depthwise.fits(spec) and (
+                epi.residual is not None or spec.cout != spec.cin or epi.tail)):
+            raise LayoutError(f"{epi.origins} on a transposed conv's eviction, or a residual, "
+                              "a channel multiplier or a tail on a depthwise one's (staged "
+                              "instead)")
         if epi.norm is not None:
             bias = emit_folded_norm(res, kernel, epi.norm, bias, spec.cout, op.origin)
+        if epi.tail:
+            if kernel.choices.get(TAIL_DECISION) == "staged":
+                raise LayoutError(f"{epi.origins}: the tail staged (a variant)")
+            chain = [op.name, *([epi.norm.name] if epi.norm is not None else []),
+                     *(step.name for step in epi.steps)]
+            assert chain[-1] == epi.tail_from, (chain, epi.tail_from)
+            tail = convtail.emit_tail(res, kernel, op, chain, epi.tail, out)
+            out = Output(out.name, out.var, out.shape, "float32")  # the tail casts
+            if (TAIL_DECISION, "staged") not in kernel.alternatives:
+                # the tail shares the eviction's engines: on a form whose eviction already
+                # loads them (phase by phase), a stage of its own over big tiles can be
+                # faster; the optimize phase times both and keeps the faster
+                kernel.alternatives.append((TAIL_DECISION, "staged"))
     if depthwise.fits(spec):
         depthwise.emit_depthwise(kernel, spec, op.origin, x, w, bias, out, epi)
         return
@@ -111,32 +138,34 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         spec = bandfold.stack(spec, elem, phased=True)
         phased = phasefold.phase_dims(spec)
         assert phased is not None
-        convphase.emit_phased(kernel, spec, phased, (x, w, bias), out, compute)
+        convphase.emit_phased(kernel, spec, phased, (x, w, bias), out, compute, tail)
         return
     if slab is None and epi is None:
         spec = bandfold.stack(spec, elem, phased=False)
     fold = convfold.choose(spec, elem)
     if slab is None and epi is None:
         fold = bandfold.choose(spec, fold, elem, PLANE_BUDGET // 4)
-    tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype,
-                                len(slab) if slab else 0, fold, epi)
-    pair = epi is not None and epi.norm is not None
     resid = epi.residual if epi is not None else None
+    extra = (("r_v",) if resid is not None else ()) + (tail.views if tail else ())
+    tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype,
+                                (slab, fold), epi, (extra, tail))
+    pair = epi is not None and epi.norm is not None
     if slab is not None:
         bands = convslab.emit_helpers(kernel, spec, slab, bias is not None, tile_fn, compute,
-                                      fold, resid is not None)
-        _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab, fold, pair, resid)
+                                      fold, extra)
+        _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab, fold, pair,
+                   (resid, extra))
     else:
         _emit_body(kernel, spec, x, w, bias, out, {(): tile_fn}, compute, None, fold, pair,
-                   resid)
+                   (resid, extra))
 
 
 def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
-                    tile_fn: str, resid: bool = False) -> None:
+                    tile_fn: str, extra: tuple[str, ...] = ()) -> None:
     """The output tiles over the loaded plane x_sb (channels x positions); closes the batch
     and group loops the caller opened."""
     sp = _sp(spec)
-    params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + convload.out_views(resid) + ", n, g"
+    params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + convload.out_views(extra) + ", n, g"
     if fold.rows > 1:
         convband.emit_tile_grid(body, spec, fold, out_tiles(grouped(spec, fold)), params, tile_fn)
     else:
@@ -165,10 +194,12 @@ def _fold_note(spec: ConvSpec, fold: Fold) -> str:
 
 def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None, out: Output,
                fns: dict[tuple[int, ...], str], compute: str, slab: convslab.Slab | None,
-               fold: Fold, pair: bool = False, resid: str | None = None) -> None:
+               fold: Fold, pair: bool = False,
+               reads: tuple[str | None, tuple[str, ...]] = (None, ())) -> None:
     """Weights, then per batch element the plane (or its bands) and the output tiles;
     `fns` maps each band's row counts to its helper (no bands: () to the tile helper)."""
     body = kernel.body
+    resid, extra = reads
     convload.emit_views(body, spec, x, w, bias, out, pair)
     if resid is not None:
         outs = ", ".join(str(d.size_out) for d in spec.dims)
@@ -182,15 +213,20 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     body.indent()
     if slab is not None:
         head = "x_v, w_sb, " + ("b_v, " if bias is not None else "") + convload.out_views(
-            resid is not None) + ", n, g"
+            extra) + ", n, g"
         convslab.emit_bands(body, spec, slab, head, fns, fold)
         return
     convload.emit_plane(body, spec, fold, compute)
-    _emit_tile_grid(body, spec, fold, bias is not None, fns[()], resid is not None)
+    _emit_tile_grid(body, spec, fold, bias is not None, fns[()], extra)
 
 
 def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
-                      banded: int, fold: Fold, epi: Epilogue | None = None) -> str:
+                      form: tuple[convslab.Slab | None, Fold], epi: Epilogue | None = None,
+                      reads: tuple[tuple[str, ...], convtail.TailCall | None] = ((), None)
+                      ) -> str:
+    slab, fold = form
+    banded = len(slab) if slab else 0
+    extra, tail = reads
     fn = kernel.names.fresh("conv_tile")
     blk = Block(depth=1)
     sp = _sp(spec)
@@ -209,6 +245,15 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         if fold.rows > 1:
             raise LayoutError(f"{epi.origins} on a banded conv's eviction (staged instead)")
         _emit_eviction(blk, epi, bias, index)
+        if tail is not None:
+            tiles = [t for _, t in slab] if slab else list(out_tiles(spec))
+            tiles += list(out_tiles(spec))[len(tiles):]
+            first = f"{starts[0]} + s00" if banded else "s00"
+            flat = convtail.flat_start([d.size_out for d in spec.dims], tiles, first) if (
+                banded <= 1) else None
+            channel = f"g * {spec.cout_g} + c0" if spec.groups > 1 else "c0"
+            for line in tail.call([f"{v}sz" for v in sp], channel, flat):
+                blk.line(line)
     elif fold.rows > 1:
         convband.emit_store(blk, spec, fold, bias, index)
     elif bias:
@@ -220,8 +265,7 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     if fold.rows == 1:
         blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {', '.join(index)}], res)")
     args = ", ".join(f"{v}0, {v}sz" for v in sp) + (", rlast" if fold.rows > 1 else "")
-    resid = epi is not None and epi.residual is not None
-    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + convload.out_views(resid) + ", n, g" + (
+    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + convload.out_views(extra) + ", n, g" + (
         "".join(f", {z}" for z in starts))
     kernel.helpers.append([
         f"def {fn}({head}, c0, csz, {args}):",

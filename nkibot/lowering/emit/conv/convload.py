@@ -13,9 +13,9 @@ from nkibot.lowering.schedule.convspec import ConvSpec
 from nkibot.lowering.schedule.phasefold import Phase, PhaseDim
 
 
-def out_views(resid: bool) -> str:
-    """The output view, and the residual's view when the eviction adds one."""
-    return "out_v, r_v" if resid else "out_v"
+def out_views(extra: tuple[str, ...] = ()) -> str:
+    """The output view, then the views the eviction reads (a residual's, a tail's)."""
+    return ", ".join(["out_v", *extra])
 
 
 def emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,

@@ -16,11 +16,12 @@ from __future__ import annotations
 import itertools
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
-from nkibot.lowering.emit.conv import convload, convphaseband
+from nkibot.lowering.emit.conv import convload, convphaseband, convtail
 from nkibot.lowering.emit.conv.convload import emit_empty_phase, emit_evict, emit_tap_loop
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.schedule import convfold, phasefold
 from nkibot.lowering.schedule.convspec import ConvSpec, Dim
+from nkibot.lowering.schedule.layout import LayoutError
 from nkibot.lowering.schedule.phasefold import Phase, PhaseDim, PhaseFold, choose_fold
 
 
@@ -53,16 +54,22 @@ def _emit_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], fold:
 
 
 def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
-                names: tuple[str, str, str | None], out: Output, compute: str) -> None:
+                names: tuple[str, str, str | None], out: Output, compute: str,
+                tail: convtail.TailCall | None = None) -> None:
     """Weights resident per group; per batch element the original plane (zero margins
-    only) and the output tiles, each computed phase by phase."""
+    only) and the output tiles, each computed phase by phase (then the tail, if any, on
+    each whole tile)."""
     x, w, bias = names
     body = kernel.body
     fold = choose_fold(spec, dims, 4 if compute == "nl.float32" else 2)
     if not isinstance(fold, PhaseFold):
-        convphaseband.emit(kernel, spec, dims, fold, names, out, compute)
+        if tail is not None and tail.views:
+            raise LayoutError("a tail reading tensors after a banded phase-by-phase "
+                              "transposed convolution (its partitions are rows x channels; "
+                              "staged instead)")
+        convphaseband.emit(kernel, spec, dims, fold, names, out, compute, tail)
         return
-    fn = _emit_tile(kernel, spec, dims, bias is not None, out.dtype, fold)
+    fn = _emit_tile(kernel, spec, dims, (bias is not None, out.dtype), fold, tail)
     convload.emit_views(body, spec, x, w, bias, out)
     body.line(f"for g in nl.affine_range({spec.groups}):")
     body.indent()
@@ -81,7 +88,8 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
         for d, p in zip(spec.dims, dims, strict=True)), False, spec.stack)
     convload.emit_plane(body, plane, convfold.Fold(sizes, sizes), compute)
     sp = [f"s{i}" for i in range(len(spec.dims))]
-    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"
+    views = convload.out_views(tail.views if tail else ())
+    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + f"{views}, n, g"
     fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
     axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
         sp, spec.dims, phasefold.phase_tiles(spec, dims), strict=True)]
@@ -90,8 +98,9 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     body.dedent()
 
 
-def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], bias: bool,
-               out_dtype: str, fold: PhaseFold) -> str:
+def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
+               out: tuple[bool, str], fold: PhaseFold, tail: convtail.TailCall | None) -> str:
+    bias, out_dtype = out
     fn = kernel.names.fresh("conv_phase_tile")
     blk = Block(depth=1)
     sp = [f"s{i}" for i in range(len(spec.dims))]
@@ -102,10 +111,17 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], bias:
     for combo in itertools.product(*(p.phases for p in dims)):
         _emit_phase(blk, spec, dims, combo, bias, fold)
     index = ", ".join(f"nl.ds({v}0, {v}sz)" for v in sp)
+    if tail is not None:
+        flat = convtail.flat_start([d.size_out for d in spec.dims],
+                                   list(phasefold.phase_tiles(spec, dims)), "s00")
+        channel = f"g * {spec.cout_g} + c0" if spec.groups > 1 else "c0"
+        for line in tail.call([f"{v}sz" for v in sp], channel, flat):
+            blk.line(line)
     blk.comment("the whole tile, stored contiguously")
     blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {index}], res)")
     args = ", ".join(f"{v}0, {v}sz" for v in sp)
-    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"
+    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + convload.out_views(
+        tail.views if tail else ()) + ", n, g"
     kernel.helpers.append([
         f"def {fn}({head}, c0, csz, {args}):",
         '    """Output channels c0..c0+csz (of group g) at one tile of output positions, '

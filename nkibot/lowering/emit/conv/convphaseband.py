@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
-from nkibot.lowering.emit.conv import convload
+from nkibot.lowering.emit.conv import convload, convtail
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.schedule import convfold, phasefold
 from nkibot.lowering.schedule.convspec import ConvSpec, Dim
@@ -33,12 +33,15 @@ from nkibot.lowering.schedule.phasefold import (
 
 
 def emit(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand,
-         names: tuple[str, str, str | None], out: Output, compute: str) -> None:
+         names: tuple[str, str, str | None], out: Output, compute: str,
+         tail: convtail.TailCall | None = None) -> None:
     """Weights resident per group; per batch element the original plane, A shifted
-    blocks, and the output tiles, each computed phase by phase."""
+    blocks, and the output tiles, each computed phase by phase (then a tail that reads no
+    tensor, if any: the tile's partitions are band rows x channels)."""
     x, w, bias = names
     body = kernel.body
-    fn = _emit_tile(kernel, spec, dims, band, bias is not None, out.dtype)
+    assert tail is None or not tail.views
+    fn = _emit_tile(kernel, spec, dims, band, (bias is not None, out.dtype), tail)
     convload.emit_views(body, spec, x, w, bias, out)
     body.line(f"for g in nl.affine_range({spec.groups}):")
     body.indent()
@@ -187,7 +190,8 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Ph
 
 
 def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand,
-               bias: bool, out_dtype: str) -> str:
+               out: tuple[bool, str], tail: convtail.TailCall | None) -> str:
+    bias, out_dtype = out
     fn = kernel.names.fresh("conv_phase_band_tile")
     blk = Block(depth=1)
     sp = [f"s{j}" for j in range(len(spec.dims))]
@@ -201,6 +205,11 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band:
                  f"src=b_v[g, 0:{cout}, 0:1])")
     for combo in itertools.product(*(p.phases for p in dims)):
         _emit_phase(blk, spec, dims, band, combo, bias)
+    if tail is not None:
+        sizes = [s for j, v in enumerate(sp) for s in ([f"{v}sz", str(stride)] if j == i
+                                                         else [f"{v}sz"])]
+        for line in tail.call(sizes, "0", None):
+            blk.line(line)
     v = sp[i]
     blk.comment(f"band row r of phase rd: output rows ({v}0 * {rows} + r) * {stride} + rd, "
                 f"stepping {rows * stride}; rlast[rd] of the tile's last group are outputs")

@@ -33,12 +33,13 @@ def band_starts(banded: int) -> list[str]:
 
 
 def emit_helpers(kernel: Kernel, spec: ConvSpec, slab: Slab, bias: bool, tile_fn: str,
-                 compute: str, fold: Fold, resid: bool) -> dict[tuple[int, ...], str]:
+                 compute: str, fold: Fold, extra: tuple[str, ...]
+                 ) -> dict[tuple[int, ...], str]:
     """A band helper per band size (output rows of each banded dim), by size."""
     sizes = itertools.product(*({min(rows, d.size_out - z) for z in range(0, d.size_out, rows)}
                                 for (rows, _), d in zip(slab, spec.dims, strict=False)))
     tiles = tuple(t for _, t in slab)
-    return {key: _helper(kernel, spec, bias, tile_fn, compute, (key, tiles), fold, resid)
+    return {key: _helper(kernel, spec, bias, tile_fn, compute, (key, tiles), fold, extra)
             for key in sorted(sizes)}
 
 
@@ -125,7 +126,8 @@ def _block(blk: Block, spec: ConvSpec, group: list[tuple[int, tuple[int, ...]]],
 
 
 def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: str,
-            shape: tuple[tuple[int, ...], tuple[int, ...]], fold: Fold, resid: bool) -> str:
+            shape: tuple[tuple[int, ...], tuple[int, ...]], fold: Fold,
+            extra: tuple[str, ...]) -> str:
     """A band of `shape[0]` output rows of each banded dim from z0 (and y0): load the input
     rows it reads, then its tiles of `shape[1]` rows."""
     fn = kernel.names.fresh("conv_band")
@@ -155,7 +157,7 @@ def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: s
         _block(blk, spec, group, slabs, compute)
     sp = [f"s{i}" for i in range(len(spec.dims))]
     starts = ", ".join(band_starts(nb))
-    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + convload.out_views(resid) + (
+    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + convload.out_views(extra) + (
         f", n, g, {starts}")
     fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
     axes = [Axis("c", spec.cout_g, PMAX)] + [
@@ -163,7 +165,7 @@ def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: s
         Axis(v, d.size_out, t) for v, d, t in zip(sp[nb:], rest, out_tiles(spec)[nb:],
                                                   strict=True)]
     emit_grid(blk, axes, f"{tile_fn}({params}, {fields})", "affine_range")
-    head = "x_v, w_sb, " + ("b_v, " if bias else "") + convload.out_views(resid) + ", n, g"
+    head = "x_v, w_sb, " + ("b_v, " if bias else "") + convload.out_views(extra) + ", n, g"
     args = ", ".join(f"{v[4]}, {v[3]}" for v in _VARS[:nb])
     what = (f"Output rows z0..z0+{sizes[0]}, band-relative tiles." if nb == 1 else
             f"Output rows z0..z0+{sizes[0]} of dim 0 and y0..y0+{sizes[1]} of dim 1, "

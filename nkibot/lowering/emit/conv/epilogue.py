@@ -1,6 +1,8 @@
 """A convolution's epilogue on its PSUM eviction: an eval BatchNorm folded into a per-channel
 (scale, shift), activations, clamps by literals and one residual add (`Epilogue`), parsed
-from a conv group and written by the conv and depthwise emitters."""
+from a conv group and written by the conv and depthwise emitters; any pointwise ops after
+those are the epilogue's `tail`, which the row emitter writes on the evicted tile
+(convtail.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from dataclasses import dataclass
 
 from nkibot.lowering.emit.builder import PMAX, Block
 from nkibot.lowering.emit.rowwise import Kernel, Output
-from nkibot.lowering.frontend.ir import Op, Ref
+from nkibot.lowering.frontend.ir import BINARY, UNARY, Op, Ref
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
 
 
@@ -37,11 +39,21 @@ class Epilogue:
     norm: Op | None
     steps: tuple[Op, ...]
     residual: str | None = None
+    #: Pointwise ops after the steps, on the evicted tile (convtail.py), and the value they
+    #: start from (the last step's, or the conv's own).
+    tail: tuple[Op, ...] = ()
+    tail_from: str = ""
 
     @property
     def origins(self) -> str:
         ops = ([self.norm] if self.norm is not None else []) + list(self.steps)
-        return ", ".join(dict.fromkeys(op.origin or op.op for op in ops))
+        return ", ".join(dict.fromkeys(op.origin or op.op for op in [*ops, *self.tail]))
+
+    @property
+    def prefix(self) -> bool:
+        """Whether the eviction itself does work (a folded norm, steps or a residual) beyond
+        the conv's bias: transposed and banded forms take a tail only."""
+        return self.norm is not None or bool(self.steps) or self.residual is not None
 
 
 def _pointwise_step(op: Op, refs: list[str]) -> bool:
@@ -52,38 +64,101 @@ def _pointwise_step(op: Op, refs: list[str]) -> bool:
         op.args[1], int | float) and not isinstance(op.args[1], bool)
 
 
+#: Ops a tail may hold: pointwise arithmetic and constants (convtail.py places them).
+TAIL_OPS = UNARY | BINARY | {"where", "fill", "zeros"}
+
+
 def find_epilogue(res: Resolved, conv: Op, outputs: list[Output]) -> Epilogue | None:
-    """conv -> [eval BatchNorm of it] -> activations, clamps, one residual add; the last op
-    the group's one output."""
+    """conv -> [eval BatchNorm of it] -> activations, clamps, one residual add -> a tail of
+    any pointwise ops (from the first op those rules do not take); the group's one output
+    its last value."""
     rest = [op for op in res.ops if op is not conv]
     if not rest or len(outputs) != 1:
         return None
     prev, norm, residual = conv.name, None, None
     steps: list[Op] = []
-    for op in rest:
-        refs = [res.target(a.name) for a in op.args if isinstance(a, Ref)]
-        if prev not in refs:
-            return None
-        if not steps and norm is None and op.op == "blocknorm" and op.attr("kind") == "batch":
-            if refs[0] != prev:
-                return None
+    chain = [conv.name]
+    for i, op in enumerate(rest):
+        if not _prefix_step(res, op, prev, conv, (norm is None and not steps, residual is None)):
+            return _with_tail(res, outputs, rest, i, (chain, norm, tuple(steps)))
+        if op.op == "blocknorm":
             norm = op
-        elif _pointwise_step(op, refs):
-            steps.append(op)
-        elif op.op == "add" and residual is None and len(refs) == 2:
-            other = refs[1] if refs[0] == prev else refs[0]
-            view = res.views.get(other)
-            if view is None or view.transposed or view.sliced or view.shape != op.shape or (
-                    view.shape != view.leaf.shape or op.shape != conv.shape):
-                return None
-            residual = view.leaf.name
-            steps.append(op)
         else:
-            return None
+            steps.append(op)
         prev = op.name
+        chain.append(prev)
+        residual = _residual(res, tuple(steps), chain)
     if res.target(outputs[0].name) != prev:
         return None
     return Epilogue(norm, tuple(steps), residual)
+
+
+def as_tail(res: Resolved, conv: Op, epi: Epilogue) -> Epilogue | None:
+    """`epi` with its steps (a residual add too) moved into the tail, for a form whose
+    eviction takes only the bias (a transposed conv's); None when it has a norm to fold."""
+    if epi.norm is not None or not epi.steps:
+        return epi if not epi.prefix else None
+    ops = (*epi.steps, *epi.tail)
+    return Epilogue(None, (), None, ops, conv.name) if _tail_reads(
+        res, list(ops), [conv.name]) else None
+
+
+def _prefix_step(res: Resolved, op: Op, prev: str, conv: Op, free: tuple[bool, bool]) -> bool:
+    """Whether `op` continues the eviction's own chain from `prev` (`free`: whether a norm
+    may still come, whether the residual add is still free)."""
+    refs = [res.target(a.name) for a in op.args if isinstance(a, Ref)]
+    if prev not in refs:
+        return False
+    if free[0] and op.op == "blocknorm" and op.attr("kind") == "batch":
+        return refs[0] == prev
+    if _pointwise_step(op, refs):
+        return True
+    if op.op == "add" and free[1] and len(refs) == 2:
+        other = refs[1] if refs[0] == prev else refs[0]
+        view = res.views.get(other)
+        return not (view is None or view.transposed or view.sliced or view.shape != op.shape or (
+            view.shape != view.leaf.shape or op.shape != conv.shape))
+    return False
+
+
+def _with_tail(res: Resolved, outputs: list[Output], rest: list[Op], i: int,
+               prefix: tuple[list[str], Op | None, tuple[Op, ...]]) -> Epilogue | None:
+    """rest[i:] as the tail after the prefix's steps, when it reads no value of the chain
+    but the prefix's last; else the longest shorter prefix whose tail does (a leaky ReLU
+    written out reads the value before its clamp too), down to the bare conv."""
+    chain, norm, steps = prefix
+    if res.target(outputs[0].name) == chain[-1]:
+        return None
+    for k in range(i, -1, -1):  # k prefix ops kept: chain[:k + 1]
+        kept = steps[:k - 1] if norm is not None and k else steps[:k]
+        if norm is not None and k == 0:
+            kept = ()
+        if _tail_reads(res, rest[k:], chain[:k + 1]):
+            keep_norm = norm if norm is not None and k else None
+            return Epilogue(keep_norm, kept, _residual(res, kept, chain[:k + 1]),
+                            tuple(rest[k:]), chain[k])
+    return None
+
+
+def _residual(res: Resolved, steps: tuple[Op, ...], chain: list[str]) -> str | None:
+    """The residual leaf the prefix's add reads (the operand that is not the chain's)."""
+    for op in steps:
+        if op.op == "add":
+            refs = [res.target(a.name) for a in op.args if isinstance(a, Ref)]
+            other = refs[1] if refs[0] in chain else refs[0]
+            return res.views[other].leaf.name
+    return None
+
+
+def _tail_reads(res: Resolved, tail: list[Op], chain: list[str]) -> bool:
+    """Pointwise ops that read, of the conv's chain, only its last value."""
+    for op in tail:
+        if op.op not in TAIL_OPS:
+            return False
+        for a in op.args:
+            if isinstance(a, Ref) and res.target(a.name) in chain[:-1]:
+                return False
+    return True
 
 
 def emit_folded_norm(res: Resolved, kernel: Kernel, norm: Op, conv_bias: str | None,
