@@ -35,6 +35,9 @@ from nkibot.sim.cost.quick import SBUF_BYTES
 
 NMAX = 512  # gemm_moving_fmax: one PSUM bank of fp32
 K_OUTER_TILES = 4  # up to this many M tiles accumulate side by side (one PSUM bank each)
+#: K elements of a transposed B's rows one DMA brings in the A-resident form (8 KiB fp32 a
+#: partition): each transfer's fixed latency is paid once per 16 blocks, not per block.
+K_CHUNK = 2048
 PANEL_BUDGET = SBUF_BYTES * 17 // 24  # bytes per partition a resident B panel may take (of 192 KiB)
 
 
@@ -107,12 +110,12 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
         return
     if row_reduced and b.transposed and n > PMAX:
         forced = "b-panel"  # a streamed transposed B gives 128-column tiles: too narrow
-    candidates = _tiling(a, b, groups * rows, k, n, itemsize)
+    candidates = _tiling(a, b, groups * rows, k, n, itemsize, single=groups == 1)
     plan = choose(candidates, PANEL_BUDGET - held, forced=forced)
     if row_reduced and b.transposed and n > PMAX and plan.name != "b-panel":
         raise LayoutError(f"row reductions after a matmul: B's [K, {n}] panel exceeds SBUF")
     # a streamed transposed B is transposed 128 columns at a time; the panel takes 512
-    n_tile = PMAX if b.transposed and plan.name == "stream" else NMAX
+    n_tile = PMAX if b.transposed and plan.name in ("stream", "a-resident") else NMAX
     if not row_reduced:
         kernel.alternatives += [("matmul", name)
                                 for name in others(candidates, PANEL_BUDGET - held, plan)]
@@ -120,10 +123,12 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
            if forced == plan.name else f"chosen by {SCORER_NAME}")
     kernel.body.comment(f"tiling: {plan.name} ({why})")
     panel = plan.name == "b-panel"
+    resident = plan.name == "a-resident"
     k_outer = panel and -(-rows // PMAX) <= K_OUTER_TILES
-    block_fn = _emit_block_helper(kernel, a, b, compute, panel)
+    block_fn = _emit_block_helper(kernel, a, b, compute, panel, resident)
     tile_fn, store_fn, params, _ = _emit_tile_helper(kernel, res, pl, mm.name, outputs[0], block_fn,
-                                                  k, rows, (ga > 1, gb > 1), k_outer)
+                                                  k, rows, (ga > 1, gb > 1), k_outer,
+                                                  K_CHUNK if resident and b.transposed else PMAX)
     body = kernel.body
     if panel:
         load_fn = _emit_panel_loader(kernel, b, compute)
@@ -136,6 +141,10 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
         call = f"{panel_fn}({', '.join([a_v, b_v, *params])}, {{g0}}, {{n0}}, {{nsz}})"
         emit_grid(body, [Axis("g", groups, 1), Axis("n", n, n_tile)], call, "affine_range")
         return
+    if resident:
+        a_sb = kernel.names.fresh("a_sb")
+        _emit_a_resident(kernel, a, (a_v, a_sb), (k, rows), compute)
+        a_v = a_sb
     call = f"{tile_fn}({', '.join([a_v, b_v, *params])}, {{g0}}, {{m0}}, {{msz}}, {{n0}}, {{nsz}})"
     emit_grid(body, [Axis("g", groups, 1), Axis("m", rows, PMAX), Axis("n", n, n_tile)], call,
               "affine_range")
@@ -183,10 +192,12 @@ def _emit_blocked(kernel: Kernel, res: Resolved, out: tuple[Placement, str, Outp
 
 
 def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int,
-            itemsize: int) -> list[Candidate]:
+            itemsize: int, single: bool = False) -> list[Candidate]:
     """Stream both operands per output tile, or keep B's [K, 512] panel resident (a
     transposed B is transposed once into it, 128 columns at a time, so A's blocks are
-    transposed once per 512 output columns, not once per 128)."""
+    transposed once per 512 output columns, not once per 128), or, when A is one row tile
+    of one batch group (a GEMV-like linear: 128 rows against a wide weight), keep all of A
+    resident, transposed once, and stream B alone."""
     a_bytes, b_bytes = m * k * itemsize, k * n * itemsize
     m_tiles, k_tiles = -(-m // PMAX), -(-k // PMAX)
     b_blocks = k_tiles * -(-n // PMAX) if b.transposed else 0
@@ -200,7 +211,38 @@ def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int,
         else:
             out.append(Candidate(name, a_bytes * n_tiles + b_bytes, a_transposes + b_blocks,
                                  k_tiles * min(n, n_tile) * itemsize + 2 * NMAX * 4))
+    if single and m <= PMAX:
+        out.append(Candidate("a-resident", a_bytes + b_bytes,
+                             (0 if a.transposed else k_tiles) + b_blocks,
+                             k_tiles * m * itemsize + 3 * NMAX * 4))
     return out
+
+
+def _emit_a_resident(kernel: Kernel, a: LeafView, names: tuple[str, str],
+                     sizes: tuple[int, int], compute: str) -> None:
+    """A's [K, rows] stationary blocks (rows <= 128), loaded and transposed once into an
+    SBUF tile [128, K tiles, rows] every output tile reads."""
+    a_v, a_sb = names
+    k, rows = sizes
+    fn = kernel.names.fresh("a_resident_block")
+    blk = Block(depth=1)
+    if a.transposed:
+        blk.line(f"nisa.dma_copy(dst=a_sb[0:ksz, k0 // {PMAX}, 0:{rows}], "
+                 f"src=a_v[0, nl.ds(k0, ksz), 0:{rows}])")
+    else:
+        blk.line(f"a_blk = nl.load(a_v[0, 0:{rows}, nl.ds(k0, ksz)], dtype={compute})")
+        blk.line(f"a_ps = nl.ndarray((ksz, {rows}), dtype={compute}, buffer=nl.psum)")
+        blk.line("nisa.nc_transpose(a_ps, a_blk)")
+        blk.line(f"nisa.tensor_copy(a_sb[0:ksz, k0 // {PMAX}, 0:{rows}], a_ps)")
+    kernel.helpers.append([f"def {fn}(a_sb, a_v, k0, ksz):",
+                           '    """K block k0..k0+ksz of A, as the stationary operand."""',
+                           *blk.lines])
+    body = kernel.body
+    body.comment(f"A ({rows} rows) resident: its K blocks transposed once, for every output tile")
+    body.line(f"{a_sb} = nl.ndarray(({PMAX}, {-(-k // PMAX)}, {rows}), dtype={compute}, "
+              "buffer=nl.sbuf)")
+    emit_grid(body, [Axis("k", k, PMAX)], f"{fn}({a_sb}, {a_v}, {{k0}}, {{ksz}})",
+              "affine_range")
 
 
 def _emit_panel_helper(kernel: Kernel, load_fn: str, k: int, rows: int, compute: str,
@@ -278,10 +320,31 @@ def _emit_k_outer(kernel: Kernel, sizes: tuple[int, int, str], fns: tuple[str, s
 
 
 def _emit_block_helper(kernel: Kernel, a: LeafView, b: LeafView, compute: str,
-                       panel: bool = False) -> str:
+                       panel: bool = False, resident: bool = False) -> str:
     fn = kernel.names.fresh("matmul_block")
     blk = Block(depth=1)
-    if a.transposed:
+    if resident and b.transposed:
+        blk.comment(f"B's rows [q, ksz] in one DMA (ksz <= {K_CHUNK}: few large transfers), "
+                    f"transposed {PMAX} columns at a time; A's blocks from its resident tile")
+        blk.line(f"b_blk = nl.load(b_v[gb, nl.ds(c0, q), nl.ds(k0, ksz)], dtype={compute})")
+        blk.line(f"for j0 in range(0, ksz, {PMAX}):")
+        blk.indent()
+        blk.line(f"w = min({PMAX}, ksz - j0)")
+        blk.line(f"b_ps = nl.ndarray((w, q), dtype={compute}, buffer=nl.psum)")
+        blk.line("nisa.nc_transpose(b_ps, b_blk[0:q, nl.ds(j0, w)])")
+        blk.line(f"b_t = nl.ndarray((w, q), dtype={compute}, buffer=nl.sbuf)")
+        blk.line("nisa.tensor_copy(b_t, b_ps)")
+        blk.line(f"nisa.nc_matmul(acc, a_v[0:w, (k0 + j0) // {PMAX}, nl.ds(m0, p)], b_t)")
+        blk.dedent()
+        kernel.helpers.append([
+            f"def {fn}(acc, a_v, b_v, ga, gb, m0, p, c0, q, k0, ksz):",
+            '    """K rows k0..k0+ksz of the [p, q] output tile at rows m0, columns c0."""',
+            *blk.lines])
+        return fn
+    if resident:
+        blk.comment("A's block comes from the resident tile (a_v is A's [K, rows] tile here)")
+        blk.line(f"a_t = a_v[0:ksz, k0 // {PMAX}, nl.ds(m0, p)]")
+    elif a.transposed:
         blk.comment("A is stored transposed: its [K, M] block is already the stationary operand")
         blk.line("a_t = nl.load(a_v[ga, nl.ds(k0, ksz), nl.ds(m0, p)], "
                  f"dtype={compute})")
@@ -317,7 +380,7 @@ def _transpose(blk: Block, src: str, dst: str, rows: str, cols: str, dtype: str)
 
 def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: Output,
                       block_fn: str, k: int, rows: int,
-                      batched: tuple[bool, bool], k_outer: bool
+                      batched: tuple[bool, bool], k_outer: bool, k_step: int = PMAX
                       ) -> tuple[str, str, list[str], bool]:
     fn = kernel.names.fresh("matmul_tile")
     store_fn = kernel.names.fresh("matmul_store")
@@ -325,7 +388,7 @@ def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: O
     tb = Block(depth=1)
     tb.line("acc = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.psum)")
     call = f"{block_fn}(acc, a_v, b_v, {ga}, {gb}, m0, p, c0, q, {{k0}}, {{ksz}})"
-    emit_grid(tb, [Axis("k", k, PMAX)], call, "affine_range")
+    emit_grid(tb, [Axis("k", k, k_step)], call, "affine_range")
     blk = Block(depth=1)
     blk.line(f"r0 = g * {rows} + m0")
     blk.line("res = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.sbuf)")
