@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from nkibot.lowering.schedule.tiling import PMAX as PMAX  # re-exported: the emitters' spelling
@@ -85,32 +86,43 @@ class Axis:
 
 
 def emit_grid(block: Block, axes: list[Axis], call: str, loop: str,
-              bound: dict[str, tuple[str, int]] | None = None) -> None:
+              bound: dict[str, tuple[str, int]] | None = None,
+              index: tuple[str, ...] | None = None) -> None:
     """Nested loops over full tiles plus one static remainder per axis.
 
     `call` is formatted with `{var}0` (start expression) and `{var}sz` (static size) for
     every axis. Remainders are separate calls with constant bounds, so no `min()` is
-    ever computed on a loop variable.
+    ever computed on a loop variable. With `index` (() to start), `{t}` is the tile's
+    row-major number in the grid (affine in the loop variables), e.g. a column to write.
     """
     bound = dict(bound or {})
     if not axes:
         fields = {}
         for var, (start, size) in bound.items():
             fields[f"{var}0"], fields[f"{var}sz"] = start, str(size)
+        if index is not None:
+            fields["t"] = " + ".join(index) or "0"
         block.line(call.format(**fields))
         return
     axis, rest = axes[0], axes[1:]
+    stride = math.prod(a.full + (1 if a.rem else 0) for a in rest)
+    scaled = f" * {stride}" if stride > 1 else ""
+
+    def at(term: str | None) -> tuple[str, ...] | None:
+        return None if index is None else (*index, *([term] if term else []))
     if axis.full == 1:
-        emit_grid(block, rest, call, loop, {**bound, axis.var: ("0", axis.tile)})
+        emit_grid(block, rest, call, loop, {**bound, axis.var: ("0", axis.tile)}, at(None))
     elif axis.full > 1:
         block.line(f"for {axis.var} in nl.{loop}({axis.full}):")
         block.indent()
         emit_grid(block, rest, call, loop, {**bound, axis.var: (f"{axis.var} * {axis.tile}",
-                                                               axis.tile)})
+                                                               axis.tile)},
+                  at(f"{axis.var}{scaled}"))
         block.dedent()
     if axis.rem:
         emit_grid(block, rest, call, loop,
-                  {**bound, axis.var: (str(axis.full * axis.tile), axis.rem)})
+                  {**bound, axis.var: (str(axis.full * axis.tile), axis.rem)},
+                  at(str(axis.full * stride) if axis.full else None))
 
 
 def transposed_load(block: Block, var: str, hbm: str, o: str, c0: str,

@@ -20,12 +20,14 @@ from nkibot.lowering.emit.conv import (
     convband,
     convload,
     convphase,
+    convpool,
     convslab,
     convtail,
     depthwise,
 )
 from nkibot.lowering.emit.conv.epilogue import (
     EVICT_ACT,
+    POOL_FOLD,
     Epilogue,
     as_tail,
     emit_folded_norm,
@@ -100,12 +102,19 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     w_leaf = res.graph.leaf(w)
     assert w_leaf is not None
     spec = conv_spec(op, x_shape, w_leaf.shape)
-    tail = None
+    tail = pool = None
     if epi is not None and spec.transposed and epi.prefix:
         epi = as_tail(res, op, epi) or epi  # its activations and clamps as tail ops
+    if epi is not None and epi.reduce is not None:
+        if kernel.choices.get(TAIL_DECISION) == "staged":
+            raise LayoutError(f"{epi.origins}: the global pool staged (a variant)")
+        pool = convpool.pool_form(res, kernel, op, epi, out)
+        out = Output(out.name, out.var, out.shape, "float32")  # the pool's helper casts
+        if (TAIL_DECISION, "staged") not in kernel.alternatives:
+            kernel.alternatives.append((TAIL_DECISION, "staged"))
     if epi is not None:
         if (spec.transposed and epi.prefix) or (depthwise.fits(spec) and (
-                epi.residual is not None or spec.cout != spec.cin or epi.tail)):
+                epi.residual is not None or spec.cout != spec.cin or epi.tail or pool)):
             raise LayoutError(f"{epi.origins} on a transposed conv's eviction, or a residual, "
                               "a channel multiplier or a tail on a depthwise one's (staged "
                               "instead)")
@@ -117,7 +126,8 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
             chain = [op.name, *([epi.norm.name] if epi.norm is not None else []),
                      *(step.name for step in epi.steps)]
             assert chain[-1] == epi.tail_from, (chain, epi.tail_from)
-            tail = convtail.emit_tail(res, kernel, op, chain, epi.tail, out)
+            pre = Output(epi.tail[-1].name, out.var, op.shape, "float32") if pool else out
+            tail = convtail.emit_tail(res, kernel, op, chain, epi.tail, pre)
             out = Output(out.name, out.var, out.shape, "float32")  # the tail casts
             if (TAIL_DECISION, "staged") not in kernel.alternatives:
                 # the tail shares the eviction's engines: on a form whose eviction already
@@ -135,6 +145,9 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     phased = phasefold.phase_dims(spec)
     elem = 2 if compute != "nl.float32" else 4
     if phased is not None and phasefold.faster(spec, phased):
+        if pool is not None:
+            raise LayoutError("a global pool on a transposed conv run phase by phase (staged "
+                              "instead)")
         spec = bandfold.stack(spec, elem, phased=True)
         phased = phasefold.phase_dims(spec)
         assert phased is not None
@@ -147,6 +160,11 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         fold = bandfold.choose(spec, fold, elem, PLANE_BUDGET // 4)
     resid = epi.residual if epi is not None else None
     extra = (("r_v",) if resid is not None else ()) + (tail.views if tail else ())
+    if pool is not None:
+        if spec.cout_g > PMAX:
+            raise LayoutError("a global pool fused into a conv of over 128 output channels a "
+                              "group (staged instead)")
+        extra += ("part",)
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype,
                                 (slab, fold), epi, (extra, tail))
     pair = epi is not None and epi.norm is not None
@@ -154,16 +172,17 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         bands = convslab.emit_helpers(kernel, spec, slab, bias is not None, tile_fn, compute,
                                       fold, extra)
         _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab, fold, pair,
-                   (resid, extra))
+                   (resid, extra), pool)
     else:
         _emit_body(kernel, spec, x, w, bias, out, {(): tile_fn}, compute, None, fold, pair,
-                   (resid, extra))
+                   (resid, extra), pool)
 
 
 def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
-                    tile_fn: str, extra: tuple[str, ...] = ()) -> None:
-    """The output tiles over the loaded plane x_sb (channels x positions); closes the batch
-    and group loops the caller opened."""
+                    tile_fn: str, extra: tuple[str, ...] = (),
+                    pool: convpool.PoolForm | None = None) -> None:
+    """The output tiles over the loaded plane x_sb (channels x positions), then a global
+    pool's fold of their partials; closes the batch and group loops the caller opened."""
     sp = _sp(spec)
     params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + convload.out_views(extra) + ", n, g"
     if fold.rows > 1:
@@ -172,7 +191,12 @@ def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
         fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
         axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
             sp, spec.dims, out_tiles(spec), strict=True)]
-        emit_grid(body, axes, f"{tile_fn}({params}, {fields})", "affine_range")
+        if pool is not None:
+            convpool.emit_partials(body, spec, pool, convpool.tile_count(spec))
+        emit_grid(body, axes, f"{tile_fn}({params}, {fields}" + (", {t})" if pool else ")"),
+                  "affine_range", index=() if pool else None)
+        if pool is not None:
+            convpool.emit_fold(body, spec, pool, convpool.tile_count(spec))
     body.dedent()
     body.dedent()
 
@@ -195,12 +219,13 @@ def _fold_note(spec: ConvSpec, fold: Fold) -> str:
 def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None, out: Output,
                fns: dict[tuple[int, ...], str], compute: str, slab: convslab.Slab | None,
                fold: Fold, pair: bool = False,
-               reads: tuple[str | None, tuple[str, ...]] = (None, ())) -> None:
+               reads: tuple[str | None, tuple[str, ...]] = (None, ()),
+               pool: convpool.PoolForm | None = None) -> None:
     """Weights, then per batch element the plane (or its bands) and the output tiles;
     `fns` maps each band's row counts to its helper (no bands: () to the tile helper)."""
     body = kernel.body
     resid, extra = reads
-    convload.emit_views(body, spec, x, w, bias, out, pair)
+    convload.emit_views(body, spec, x, w, bias, out, pair, pooled=pool is not None)
     if resid is not None:
         outs = ", ".join(str(d.size_out) for d in spec.dims)
         body.line(f"r_v = {resid}.reshape(({spec.batch}, {spec.groups}, {spec.cout_g}, {outs}))")
@@ -214,10 +239,14 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     if slab is not None:
         head = "x_v, w_sb, " + ("b_v, " if bias is not None else "") + convload.out_views(
             extra) + ", n, g"
-        convslab.emit_bands(body, spec, slab, head, fns, fold)
+        finish = None
+        if pool is not None:
+            convpool.emit_partials(body, spec, pool, convslab.band_count(spec, slab))
+            finish = lambda count: convpool.emit_fold(body, spec, pool, count)  # noqa: E731
+        convslab.emit_bands(body, spec, slab, head, fns, fold, finish)
         return
     convload.emit_plane(body, spec, fold, compute)
-    _emit_tile_grid(body, spec, fold, bias is not None, fns[()], extra)
+    _emit_tile_grid(body, spec, fold, bias is not None, fns[()], extra, pool)
 
 
 def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
@@ -262,9 +291,17 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         blk.line("nisa.tensor_scalar(dst=res, data=acc, op0=nl.add, operand0=b_t)")
     else:
         blk.line("nisa.tensor_copy(dst=res, src=acc)")
-    if fold.rows == 1:
+    pooled = "part" in extra
+    if pooled:
+        q = " * ".join(f"{v}sz" for v in sp)
+        fold_op = POOL_FOLD[epi.reduce.op] if epi is not None and epi.reduce is not None else ""
+        blk.comment("the tile's partial of the global pool: one value per channel, column t")
+        blk.line(f"nisa.tensor_reduce(dst=part[0:csz, nl.ds(t, 1)], op={fold_op}, "
+                 f"data=res.reshape((csz, {q})), axis=1)")
+    elif fold.rows == 1:
         blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {', '.join(index)}], res)")
-    args = ", ".join(f"{v}0, {v}sz" for v in sp) + (", rlast" if fold.rows > 1 else "")
+    args = ", ".join(f"{v}0, {v}sz" for v in sp) + (", rlast" if fold.rows > 1 else "") + (
+        ", t" if pooled else "")
     head = "x_sb, w_sb, " + ("b_v, " if bias else "") + convload.out_views(extra) + ", n, g" + (
         "".join(f", {z}" for z in starts))
     kernel.helpers.append([
@@ -342,3 +379,4 @@ def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: i
         _emit_matmuls(blk, spec, fold, [*ks, "0"], rows)
     if fold.ragged(i):
         _emit_matmuls(blk, spec, fold, [*ks, str(j - 1)], rows // f * (taps - (j - 1) * f))
+

@@ -12,6 +12,7 @@ shift u of the fold, (first input row, count, slab row) as a tuple (`rows` for d
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid
 from nkibot.lowering.emit.conv import convload
@@ -44,9 +45,12 @@ def emit_helpers(kernel: Kernel, spec: ConvSpec, slab: Slab, bias: bool, tile_fn
 
 
 def emit_bands(body: Block, spec: ConvSpec, slab: Slab, head: str,
-               bands: dict[tuple[int, ...], str], fold: Fold) -> None:
+               bands: dict[tuple[int, ...], str], fold: Fold,
+               pooled: Callable[[int], None] | None = None) -> None:
     """One call per band (per pair of bands of dims 0 and 1), with the input rows each row
-    shift of the fold reads; closes the batch and group loops the caller opened."""
+    shift of the fold reads; closes the batch and group loops the caller opened. `pooled`:
+    a global pool's (convtail.py) fold, given its partials' count; each band is then told
+    its first column of them."""
     if len(slab) == 1:
         body.comment(f"bands of {slab[0][0]} output rows; each loads the input rows it reads")
     else:
@@ -54,6 +58,7 @@ def emit_bands(body: Block, spec: ConvSpec, slab: Slab, head: str,
                      "loads the input rows it reads")
     ranges = [[(z, min(rows, d.size_out - z)) for z in range(0, d.size_out, rows)]
               for (rows, _), d in zip(slab, spec.dims, strict=False)]
+    column = 0
     for starts in itertools.product(*ranges):
         args = []
         for k, (z, size) in enumerate(starts):
@@ -63,9 +68,33 @@ def emit_bands(body: Block, spec: ConvSpec, slab: Slab, head: str,
             if k:  # a band of dim 1 wholly in the padding: nothing placed, all zeroed
                 shifts = [s if s[1] > 0 else (s[0], 0, 0) for s in shifts]
             args += [str(z), repr(tuple(shifts))]
+        if pooled is not None:
+            args.append(str(column))
+            column += band_tiles(spec, tuple(s for _, s in starts), tuple(t for _, t in slab))
         body.line(f"{bands[tuple(s for _, s in starts)]}({head}, {', '.join(args)})")
+    if pooled is not None:
+        pooled(column)
     body.dedent()
     body.dedent()
+
+
+def band_count(spec: ConvSpec, slab: Slab) -> int:
+    """Tiles in all the bands of one batch element (a global pool's partials)."""
+    ranges = [[min(rows, d.size_out - z) for z in range(0, d.size_out, rows)]
+              for (rows, _), d in zip(slab, spec.dims, strict=False)]
+    tiles = tuple(t for _, t in slab)
+    return sum(band_tiles(spec, sizes, tiles) for sizes in itertools.product(*ranges))
+
+
+def band_tiles(spec: ConvSpec, sizes: tuple[int, ...], tiles: tuple[int, ...]) -> int:
+    """Tiles (of 128 channels and of positions) in one band of `sizes` output rows."""
+    count = -(-spec.cout_g // PMAX)
+    nb = len(sizes)
+    for size, t in [*zip(sizes, tiles, strict=True),
+                    *((d.size_out, t) for d, t in zip(spec.dims[nb:], out_tiles(spec)[nb:],
+                                                      strict=True))]:
+        count *= -(-size // t)
+    return count
 
 
 def band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
@@ -164,9 +193,11 @@ def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: s
         Axis(v, s, t) for v, s, t in zip(sp, sizes, tiles, strict=False)] + [
         Axis(v, d.size_out, t) for v, d, t in zip(sp[nb:], rest, out_tiles(spec)[nb:],
                                                   strict=True)]
-    emit_grid(blk, axes, f"{tile_fn}({params}, {fields})", "affine_range")
+    pooled = "part" in extra  # a global pool's partials: this band's from column t0
+    emit_grid(blk, axes, f"{tile_fn}({params}, {fields}" + (", t0 + {t})" if pooled else ")"),
+              "affine_range", index=() if pooled else None)
     head = "x_v, w_sb, " + ("b_v, " if bias else "") + convload.out_views(extra) + ", n, g"
-    args = ", ".join(f"{v[4]}, {v[3]}" for v in _VARS[:nb])
+    args = ", ".join(f"{v[4]}, {v[3]}" for v in _VARS[:nb]) + (", t0" if pooled else "")
     what = (f"Output rows z0..z0+{sizes[0]}, band-relative tiles." if nb == 1 else
             f"Output rows z0..z0+{sizes[0]} of dim 0 and y0..y0+{sizes[1]} of dim 1, "
             "slab-relative tiles.")

@@ -61,13 +61,17 @@ class TailCall:
 
 
 def emit_tail(res: Resolved, kernel: Kernel, conv: Op, chain: list[str], ops: tuple[Op, ...],
-              out: Output) -> TailCall:
+              out: Output, shape: tuple[int, ...] | None = None) -> TailCall:
     """The helper computing `out` from the chain's last value over `ops` (LayoutError when a
-    value does not fit the frame, e.g. a reduction or a tensor varying along positions only)."""
-    if len(conv.shape) < 3:
+    value does not fit the frame, e.g. a reduction or a tensor varying along positions only);
+    `shape`: the frame's, when not the conv output's (a global pool's result)."""
+    frame_shape = tuple(shape or conv.shape)
+    if len(frame_shape) < 3:
         raise LayoutError("a tail after a convolution without positions")
-    frame = Frame(tuple(conv.shape), 1, 2)
-    pl = place(res, frame, [out.name], seed=dict.fromkeys(chain, FULL))
+    frame = Frame(frame_shape, 1, 2)
+    # values outside the tail (the chain; a global pool's other side) are placed already
+    outside = [op.name for op in res.ops if op not in ops]
+    pl = place(res, frame, [out.name], seed=dict.fromkeys([*chain, *outside], FULL))
     if pl.kinds.get(res.target(out.name)) != FULL:
         raise LayoutError(f"{out.name}: a tail whose result is not the conv output's shape")
     blk = Block(depth=1)
@@ -91,8 +95,9 @@ def emit_tail(res: Resolved, kernel: Kernel, conv: Op, chain: list[str], ops: tu
     origins = ", ".join(dict.fromkeys(op.origin or op.op for op in ops))
     kernel.helpers.append([
         f"def {fn}({', '.join(['t', *params, 'o', 'r0', 'p', 'c0', 'q'])}):",
-        f'    """{origins} on the evicted [p, q] tile t: channels r0..r0+p of batch element '
-        'o' + (", positions c0..c0+q" if indexed else "") + '."""', *blk.lines])
+        f'    """{origins} on the {"pooled" if shape else "evicted"} [p, q] tile t: channels '
+        'r0..r0+p of batch element o' + (", positions c0..c0+q" if indexed and not shape else "")
+        + '."""', *blk.lines])
     return TailCall(fn, tuple(params), indexed)
 
 

@@ -6,11 +6,12 @@ those are the epilogue's `tail`, which the row emitter writes on the evicted til
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from nkibot.lowering.emit.builder import PMAX, Block
 from nkibot.lowering.emit.rowwise import Kernel, Output
-from nkibot.lowering.frontend.ir import BINARY, UNARY, Op, Ref
+from nkibot.lowering.frontend.ir import BINARY, REDUCE, UNARY, Op, Ref
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
 
 
@@ -43,11 +44,17 @@ class Epilogue:
     #: start from (the last step's, or the conv's own).
     tail: tuple[Op, ...] = ()
     tail_from: str = ""
+    #: A sum, max or min over every position dim of the tail's (or chain's) last value, per
+    #: batch element and channel (a global pool: each tile's partial, then their fold), and
+    #: the pointwise ops on its [N, C, 1...] result (convtail.py writes them too).
+    reduce: Op | None = None
+    after: tuple[Op, ...] = ()
 
     @property
     def origins(self) -> str:
         ops = ([self.norm] if self.norm is not None else []) + list(self.steps)
-        return ", ".join(dict.fromkeys(op.origin or op.op for op in [*ops, *self.tail]))
+        ops += [*self.tail, *([self.reduce] if self.reduce is not None else []), *self.after]
+        return ", ".join(dict.fromkeys(op.origin or op.op for op in ops))
 
     @property
     def prefix(self) -> bool:
@@ -68,19 +75,105 @@ def _pointwise_step(op: Op, refs: list[str]) -> bool:
 TAIL_OPS = UNARY | BINARY | {"where", "fill", "zeros"}
 
 
+#: A global pool's fold on the Vector Engine (tensor_reduce), per reduction op.
+POOL_FOLD = {"rsum": "nl.add", "rmax": "nl.maximum", "rmin": "nl.minimum"}
+
+
 def find_epilogue(res: Resolved, conv: Op, outputs: list[Output]) -> Epilogue | None:
     """conv -> [eval BatchNorm of it] -> activations, clamps, one residual add -> a tail of
-    any pointwise ops (from the first op those rules do not take); the group's one output
-    its last value."""
+    any pointwise ops (from the first op those rules do not take) -> [a sum, max or min
+    over every position dim -> pointwise ops on its result]; the group's one output its
+    last value."""
     rest = [op for op in res.ops if op is not conv]
     if not rest or len(outputs) != 1:
         return None
+    last = res.target(outputs[0].name)
+    found = _global_pool(res, conv, rest, last)
+    if found is None:
+        return _find(res, conv, rest, last)
+    start, end, red = found
+    after = tuple(op for op in rest[end + 1:] if op.op != "view")
+    if not rest[:start]:
+        return Epilogue(None, (), None, reduce=red, after=after)
+    epi = _find(res, conv, rest[:start], rest[start - 1].name)
+    if epi is None:
+        return None
+    return replace(epi, reduce=red, after=after)
+
+
+def _global_pool(res: Resolved, conv: Op, rest: list[Op], last: str
+                 ) -> tuple[int, int, Op] | None:
+    """(first, last index, final op) of the ops in rest that fold every position dim of
+    the value before them (a reduction over dims 2.., or the two-level form
+    rewrite.split_long_reductions makes of it: a view to [N, C, k, L], the fold of L, a
+    view, the fold of k), when everything after is pointwise on their result alone (then
+    views of it), ending at `last`."""
+    k = next((i for i, op in enumerate(rest) if op.op in REDUCE), None)
+    if k is None:
+        return None
+    nd, red = len(conv.shape), rest[k]
+    pooled = tuple(conv.shape[:2]) + (1,) * (nd - 2)
+    start, end = k, k
+    if _reduces(res, red, (2, nd), _before(rest, k, conv)) and tuple(red.shape) in (
+            pooled, tuple(conv.shape[:2])):
+        pass
+    elif (k >= 1 and k + 2 < len(rest) and rest[k - 1].op == "view" and nd >= 3
+          and len(rest[k - 1].shape) == 4 and tuple(rest[k - 1].shape[:2]) == pooled[:2]
+          and _reduces(res, red, (3, 4), rest[k - 1].name)
+          and rest[k + 1].op == "view" and _reads(res, rest[k + 1], rest[k].name)
+          and rest[k + 2].op == red.op and tuple(rest[k + 2].shape) == pooled
+          and _reduces(res, rest[k + 2], (2, 3), rest[k + 1].name)):
+        chunks = rest[k - 1]
+        if not _reads(res, chunks, _before(rest, k - 1, conv)) or (
+                chunks.shape[2] * chunks.shape[3] != math.prod(conv.shape[2:])):
+            return None
+        start, end, red = k - 1, k + 2, rest[k + 2]
+    else:
+        return None
+    if red.op not in POOL_FOLD or nd < 3:
+        return None
+    mine, seen = {red.name}, {o.name for o in [conv, *rest[:end]]}
+    tail = rest[end + 1:]
+    for i, op in enumerate(tail):
+        if op.op == "view" and all(o.op == "view" for o in tail[i:]):
+            if math.prod(op.shape) != math.prod(red.shape) or not any(
+                    _reads(res, op, m) for m in mine):
+                return None
+        elif op.op not in TAIL_OPS or op.shape != red.shape:
+            return None
+        if any(isinstance(a, Ref) and res.target(a.name) not in mine and res.target(a.name)
+               in seen for a in op.args):
+            return None
+        mine.add(op.name)
+    return (start, end, red) if last == (tail[-1].name if tail else red.name) else None
+
+
+def _before(rest: list[Op], k: int, conv: Op) -> str:
+    return rest[k - 1].name if k else conv.name
+
+
+def _reads(res: Resolved, op: Op, name: str) -> bool:
+    refs = [res.target(a.name) for a in op.args if isinstance(a, Ref)]
+    return refs == [name]
+
+
+def _reduces(res: Resolved, op: Op, dims: tuple[int, int], source: str) -> bool:
+    """`op` is a reduction of exactly `source` over dims range(*dims)."""
+    got = op.attr("dims")
+    if op.op not in REDUCE or not isinstance(got, tuple) or not _reads(res, op, source):
+        return False
+    nd = len(res.graph.shape_of(Ref(source)))
+    return sorted(int(d) % nd for d in got) == list(range(*dims))
+
+
+def _find(res: Resolved, conv: Op, rest: list[Op], last: str) -> Epilogue | None:
+    """The eviction's prefix and pointwise tail over `rest`, ending at `last`."""
     prev, norm, residual = conv.name, None, None
     steps: list[Op] = []
     chain = [conv.name]
     for i, op in enumerate(rest):
         if not _prefix_step(res, op, prev, conv, (norm is None and not steps, residual is None)):
-            return _with_tail(res, outputs, rest, i, (chain, norm, tuple(steps)))
+            return _with_tail(res, last, rest, i, (chain, norm, tuple(steps)))
         if op.op == "blocknorm":
             norm = op
         else:
@@ -88,7 +181,7 @@ def find_epilogue(res: Resolved, conv: Op, outputs: list[Output]) -> Epilogue | 
         prev = op.name
         chain.append(prev)
         residual = _residual(res, tuple(steps), chain)
-    if res.target(outputs[0].name) != prev:
+    if last != prev:
         return None
     return Epilogue(norm, tuple(steps), residual)
 
@@ -99,8 +192,8 @@ def as_tail(res: Resolved, conv: Op, epi: Epilogue) -> Epilogue | None:
     if epi.norm is not None or not epi.steps:
         return epi if not epi.prefix else None
     ops = (*epi.steps, *epi.tail)
-    return Epilogue(None, (), None, ops, conv.name) if _tail_reads(
-        res, list(ops), [conv.name]) else None
+    return replace(epi, norm=None, steps=(), residual=None, tail=ops, tail_from=conv.name) if (
+        _tail_reads(res, list(ops), [conv.name])) else None
 
 
 def _prefix_step(res: Resolved, op: Op, prev: str, conv: Op, free: tuple[bool, bool]) -> bool:
@@ -121,13 +214,13 @@ def _prefix_step(res: Resolved, op: Op, prev: str, conv: Op, free: tuple[bool, b
     return False
 
 
-def _with_tail(res: Resolved, outputs: list[Output], rest: list[Op], i: int,
+def _with_tail(res: Resolved, last: str, rest: list[Op], i: int,
                prefix: tuple[list[str], Op | None, tuple[Op, ...]]) -> Epilogue | None:
     """rest[i:] as the tail after the prefix's steps, when it reads no value of the chain
     but the prefix's last; else the longest shorter prefix whose tail does (a leaky ReLU
     written out reads the value before its clamp too), down to the bare conv."""
     chain, norm, steps = prefix
-    if res.target(outputs[0].name) == chain[-1]:
+    if last == chain[-1]:
         return None
     for k in range(i, -1, -1):  # k prefix ops kept: chain[:k + 1]
         kept = steps[:k - 1] if norm is not None and k else steps[:k]

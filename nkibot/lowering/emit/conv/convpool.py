@@ -1,0 +1,90 @@
+"""A global pool fused into a convolution: a sum, max or min over every position dim of
+the conv's value (after its eviction and tail), as KernelBench level 2's `mean(dim=(2, 3))`
+and `adaptive_avg_pool2d(., 1)` after a conv. Each output tile folds its `[channels,
+positions]` tile into one column of a `[channels, tiles]` SBUF tile of partials (a column
+per tile, so the tiles stay independent: no loop-carried value); after the batch element's
+tiles, the partials fold once more, the pointwise ops on the pooled value run (a convtail
+helper on a `[channels, 1]` tile) and one value per channel is stored. Without it the conv's
+whole output went to HBM scratch and was read back by a row-wise reduction stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nkibot.lowering.emit.builder import PMAX, Block, nl_dtype
+from nkibot.lowering.emit.conv import convtail
+from nkibot.lowering.emit.conv.epilogue import POOL_FOLD, Epilogue
+from nkibot.lowering.emit.rowwise import Kernel, Output
+from nkibot.lowering.frontend.ir import Op
+from nkibot.lowering.schedule.convspec import ConvSpec, out_tiles
+from nkibot.lowering.schedule.layout import LayoutError, Resolved
+
+
+@dataclass(frozen=True)
+class PoolForm:
+    """A global pool fused into the conv: its fold, the helper for the ops on its result
+    (None: none), and what to say of it."""
+
+    fold: str  # the tensor_reduce op (POOL_FOLD)
+    after: convtail.TailCall | None
+    dtype: str  # the output's
+    origin: str
+    what: str  # "sum", "max", "min"
+
+
+#: Columns a global pool's partials may take per partition (fp32): beyond it, staged.
+POOL_COLUMNS = 4096
+
+
+def tile_count(spec: ConvSpec) -> int:
+    """Tiles of output positions (and of 128 channels) in one batch element's grid."""
+    tiles = out_tiles(spec)
+    count = -(-spec.cout_g // PMAX)
+    for d, t in zip(spec.dims, tiles, strict=True):
+        count *= -(-d.size_out // t)
+    return count
+
+
+def pool_form(res: Resolved, kernel: Kernel, conv: Op, epi: Epilogue, out: Output) -> PoolForm:
+    """The global pool's form: its fold and the helper for the pointwise ops after it."""
+    red = epi.reduce
+    assert red is not None
+    if epi.after and len(red.shape) < 3:
+        raise LayoutError("ops after a global pool that drops its dims (keepdim=False), fused "
+                          "(staged instead)")
+    last = Output(epi.after[-1].name, out.var, red.shape, out.dtype) if epi.after else out
+    after = convtail.emit_tail(res, kernel, conv, [red.name], epi.after, last,
+                               tuple(red.shape)) if epi.after else None
+    what = {"rsum": "sum", "rmax": "max", "rmin": "min"}[red.op]
+    return PoolForm(POOL_FOLD[red.op], after, out.dtype, red.origin or red.op, what)
+
+
+def emit_partials(body: Block, spec: ConvSpec, pool: PoolForm, count: int) -> None:
+    """The [channels, tiles] SBUF tile of a batch element's partials."""
+    if count > POOL_COLUMNS:
+        raise LayoutError(f"a global pool over {count} output tiles, more than its partials "
+                          f"may take ({POOL_COLUMNS}; staged instead)")
+    body.comment(f"{pool.origin}: each output tile's partial {pool.what} per channel, a "
+                 "column of part")
+    body.line(f"part = nl.ndarray(({spec.cout_g}, {count}), dtype=nl.float32, buffer=nl.sbuf)")
+
+
+def emit_fold(body: Block, spec: ConvSpec, pool: PoolForm, count: int) -> None:
+    """Fold the partials' columns, the ops after the pool, and store one value per channel
+    (inside the batch loop; one block of at most 128 channels)."""
+    csz = spec.cout_g
+    body.comment(f"{pool.origin}: fold the partials, one {pool.what} per channel")
+    body.line(f"tot = nl.ndarray(({csz}, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    body.line(f"nisa.tensor_reduce(dst=tot, op={pool.fold}, data=part[0:{csz}, 0:{count}], "
+              "axis=1)")
+    value = "tot"
+    channel = f"g * {spec.cout_g}" if spec.groups > 1 else "0"
+    if pool.after is not None:
+        args = ", ".join(["tot", *pool.after.views, "n", channel, str(csz), "0", "1"])
+        body.line(f"fin = {pool.after.fn}({args})")
+        value = "fin"
+    elif pool.dtype != "float32":
+        body.line(f"fin = nl.copy(tot, dtype={nl_dtype(pool.dtype)})")
+        value = "fin"
+    body.line(f"nl.store(out_v[n, g, 0:{csz}, 0:1], {value})")

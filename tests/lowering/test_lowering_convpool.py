@@ -1,0 +1,100 @@
+"""A global pool after a convolution (sum, mean, max or min over every position dim), fused:
+each output tile folds its evicted (and tailed) values into one column of partials per
+channel, and the batch element's partials fold once more, so the conv's output never reaches
+HBM (KernelBench level 2 67, 42). On the simulator against PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.lowering.lowering_support import (
+    check_on_sim,
+    lower_ok,
+    make_task,
+    module_source,
+)
+
+CONV = "        self.conv = nn.Conv2d(4, 8, 3)"
+BIAS = "\n        self.bias = nn.Parameter(torch.randn(6, 1, 1))"
+
+
+def _fused(source: str) -> bool:
+    return "nisa.tensor_reduce(dst=part[0:csz, nl.ds(t, 1)]" in source and (
+        "buffer=nl.hbm" not in source)
+
+
+@pytest.mark.parametrize(("init", "expr", "shape"), [
+    # level 2 67 written two ways: mean with keepdim, adaptive_avg_pool2d then squeezes
+    (CONV, "torch.mean(F.gelu(self.conv(x)), dim=(2, 3), keepdim=True)", (2, 4, 10, 9)),
+    (CONV, "F.adaptive_avg_pool2d(torch.relu(self.conv(x)), 1).squeeze(-1).squeeze(-1)",
+     (2, 4, 10, 9)),
+    # dims dropped, negative dims, min
+    (CONV, "torch.mean(torch.relu(self.conv(x)), dim=(2, 3))", (2, 4, 10, 9)),
+    (CONV, "torch.amin(self.conv(x), dim=(-1, -2), keepdim=True)", (2, 4, 10, 9)),
+    # max, then a per-channel parameter and tanh on the pooled values (the helper after it)
+    ("        self.conv = nn.Conv2d(3, 6, 3, padding=1)" + BIAS,
+     "torch.tanh(torch.amax(self.conv(x) * 2.0, dim=(2, 3), keepdim=True) + self.bias)",
+     (2, 3, 7, 8)),
+    # a transposed conv over its zero-inserted plane (level 2 42's head)
+    ("        self.conv = nn.ConvTranspose2d(4, 6, 3, stride=1, padding=1)" + BIAS,
+     "torch.mean(self.conv(x), dim=(2, 3), keepdim=True) + self.bias", (2, 4, 9, 7)),
+    # 3-D, with groups
+    ("        self.conv = nn.Conv3d(4, 6, 3, groups=2)",
+     "torch.mean(torch.relu(self.conv(x)), dim=(2, 3, 4), keepdim=True)", (1, 4, 6, 7, 5)),
+])
+def test_global_pool_fused_and_verified(init: str, expr: str, shape: tuple[int, ...]) -> None:
+    task = make_task(module_source(expr, init=init), [shape])
+    lowered = lower_ok(task)
+    assert lowered.plan == [], lowered.plan
+    assert _fused(lowered.source)
+    check_on_sim(task)
+
+
+def test_banded_plane_numbers_its_tiles_across_bands() -> None:
+    """A plane over the SBUF budget loads in bands: each band writes its partials from the
+    column after the previous band's (t0), so every tile has a column of its own."""
+    task = make_task(module_source("torch.mean(torch.sigmoid(self.conv(x)), dim=(2, 3), "
+                                   "keepdim=True)", init=CONV), [(1, 4, 200, 200)])
+    lowered = lower_ok(task)
+    assert lowered.plan == [] and "def conv_band(" in lowered.source
+    assert "t0 + s0" in lowered.source and _fused(lowered.source)
+    check_on_sim(task)
+
+
+@pytest.mark.parametrize(("expr", "cast"), [
+    ("torch.mean(self.conv(x.float()), dim=(2, 3)).to(x.dtype)", "out_cast = nl.copy("),
+    ("torch.amax(self.conv(x.float()), dim=(2, 3), keepdim=True).to(x.dtype)",
+     "fin = nl.copy(tot, dtype=nl.bfloat16)"),
+])
+def test_bf16_output_is_cast_after_the_fold(expr: str, cast: str) -> None:
+    """By the helper after the pool when ops follow it, else on the folded tile."""
+    task = make_task(module_source(expr, init=CONV), [(2, 4, 8, 8)], "bfloat16")
+    lowered = lower_ok(task)
+    assert _fused(lowered.source) and cast in lowered.source
+    check_on_sim(task)
+
+
+def test_a_pool_is_a_variant_the_optimize_phase_can_stage() -> None:
+    lowered = lower_ok(make_task(module_source("torch.mean(self.conv(x), dim=(2, 3))",
+                                               init=CONV), [(2, 4, 8, 8)]))
+    staged = [v for v in lowered.variants if v.name == "conv tail tiling staged"]
+    assert len(staged) == 1 and "part[0:csz, nl.ds(t, 1)]" not in staged[0].source
+
+
+@pytest.mark.parametrize(("init", "expr", "shape", "why"), [
+    # the pool reads only part of the positions: a row reduction, not a global pool
+    (CONV, "torch.mean(self.conv(x), dim=3, keepdim=True)", (2, 4, 8, 8), "partial"),
+    # the conv's value is read after the pool too (a residual of the pooled mean)
+    (CONV, "(lambda y: y - y.mean(dim=(2, 3), keepdim=True))(self.conv(x))", (2, 4, 8, 8),
+     "read after"),
+    # a strided transposed conv runs phase by phase: its pool is a stage
+    ("        self.conv = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1)",
+     "torch.mean(self.conv(x), dim=(2, 3), keepdim=True)", (2, 4, 6, 7), "phase"),
+])
+def test_what_is_not_fused_still_verifies(init: str, expr: str, shape: tuple[int, ...],
+                                          why: str) -> None:
+    task = make_task(module_source(expr, init=init), [shape])
+    lowered = lower_ok(task)
+    assert not _fused(lowered.source), why
+    check_on_sim(task)
+
