@@ -377,15 +377,6 @@ class TestConvTail:
         assert "def conv_tail(" in lowered.source and "out_cast = nl.copy(" in lowered.source
         check_on_sim(task)
 
-    def test_a_channel_reduction_is_staged(self) -> None:
-        """min over the channels (level 2 32) is no tail: the partitions are the channels."""
-        init = "        self.conv = nn.Conv2d(3, 8, 3)"
-        task = make_task(module_source("torch.min(self.conv(x) * 2.0, dim=1, keepdim=True)[0]",
-                                       init=init), [(2, 3, 8, 8)])
-        lowered = lower_ok(task)
-        assert lowered.plan and lowered.plan[0].startswith("conv group"), lowered.plan
-        check_on_sim(task)
-
     def test_a_residual_on_partial_rows_is_staged(self) -> None:
         """A full-shape tensor in the tail needs tiles of whole rows: output rows of 600
         positions are split across tiles, so the tail falls back to a stage."""

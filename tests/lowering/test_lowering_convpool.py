@@ -1,7 +1,9 @@
-"""A global pool after a convolution (sum, mean, max or min over every position dim), fused:
-each output tile folds its evicted (and tailed) values into one column of partials per
-channel, and the batch element's partials fold once more, so the conv's output never reaches
-HBM (KernelBench level 2 67, 42). On the simulator against PyTorch."""
+"""A reduction after a convolution, fused into its tiles, so the conv's output never reaches
+HBM. A global pool (sum, mean, max or min over every position dim): each output tile folds
+its evicted (and tailed) values into one column of partials per channel, and the batch
+element's partials fold once more (KernelBench level 2 67, 42). A fold over the channels
+(min over dim 1: level 2 25, 32): each tile's channels, the partitions, are folded 128
+positions at a time through Tensor Engine transposes. On the simulator against PyTorch."""
 
 from __future__ import annotations
 
@@ -98,3 +100,44 @@ def test_what_is_not_fused_still_verifies(init: str, expr: str, shape: tuple[int
     assert not _fused(lowered.source), why
     check_on_sim(task)
 
+
+
+@pytest.mark.parametrize(("init", "expr", "shapes"), [
+    # level 2 32: scale, then the min over the channels (values only)
+    ("        self.conv = nn.Conv2d(3, 8, 3)",
+     "torch.min(self.conv(x) * 2.0, dim=1, keepdim=True)[0]", [(2, 3, 8, 8)]),
+    # level 2 25: tanh twice after it; tiles of more than 128 positions (two transposes)
+    ("        self.conv = nn.Conv2d(3, 16, 3)",
+     "torch.tanh(torch.tanh(torch.min(self.conv(x), dim=1, keepdim=True)[0]))",
+     [(2, 3, 30, 31)]),
+    # a sum, dim dropped
+    ("        self.conv = nn.Conv2d(3, 16, 3)", "torch.sum(torch.relu(self.conv(x)), dim=1)",
+     [(2, 3, 12, 9)]),
+    # 3-D, a max, then a tensor of the result's shape (loaded at the tile's positions)
+    ("        self.conv = nn.Conv3d(3, 16, 3)",
+     "torch.amax(self.conv(x), dim=1, keepdim=True) * y", [(1, 3, 6, 7, 8), (1, 1, 4, 5, 6)]),
+])
+def test_channel_fold_fused_and_verified(init: str, expr: str,
+                                         shapes: list[tuple[int, ...]]) -> None:
+    args = "x, y" if len(shapes) == 2 else "x"
+    task = make_task(module_source(expr, args=args, init=init), shapes)
+    lowered = lower_ok(task)
+    assert lowered.plan == [], lowered.plan
+    assert "nisa.nc_transpose(row_ps[0:1, nl.ds(cb * 128, w)], col)" in lowered.source
+    assert "buffer=nl.hbm" not in lowered.source
+    check_on_sim(task)
+
+
+@pytest.mark.parametrize(("init", "expr"), [
+    # logsumexp over the channels is several ops (max, exp, sum, log): a stage
+    ("        self.conv = nn.Conv2d(3, 16, 3, padding=1)",
+     "torch.logsumexp(self.conv(x), dim=1, keepdim=True)"),
+    # groups: a group's channels are not all the channels
+    ("        self.conv = nn.Conv2d(4, 8, 3, groups=2)",
+     "torch.amin(self.conv(x), dim=1, keepdim=True)"),
+])
+def test_channel_folds_not_fused_still_verify(init: str, expr: str) -> None:
+    task = make_task(module_source(expr, init=init), [(2, 4 if "groups" in init else 3, 9, 8)])
+    lowered = lower_ok(task)
+    assert "row_ps" not in lowered.source and len(lowered.plan) >= 2, lowered.plan
+    check_on_sim(task)

@@ -102,13 +102,19 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     w_leaf = res.graph.leaf(w)
     assert w_leaf is not None
     spec = conv_spec(op, x_shape, w_leaf.shape)
-    tail = pool = None
+    tail = pool = across = None
     if epi is not None and spec.transposed and epi.prefix:
         epi = as_tail(res, op, epi) or epi  # its activations and clamps as tail ops
     if epi is not None and epi.reduce is not None:
         if kernel.choices.get(TAIL_DECISION) == "staged":
             raise LayoutError(f"{epi.origins}: the global pool staged (a variant)")
-        pool = convpool.pool_form(res, kernel, op, epi, out)
+        if not epi.channels:
+            pool = convpool.pool_form(res, kernel, op, epi, out)
+        elif spec.groups > 1 or spec.cout > PMAX or depthwise.fits(spec):
+            raise LayoutError("a channel reduction fused into a grouped or depthwise conv, or "
+                              "one of over 128 output channels (staged instead)")
+        else:
+            across = convpool.channel_form(res, kernel, op, epi, out)
         out = Output(out.name, out.var, out.shape, "float32")  # the pool's helper casts
         if (TAIL_DECISION, "staged") not in kernel.alternatives:
             kernel.alternatives.append((TAIL_DECISION, "staged"))
@@ -126,7 +132,8 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
             chain = [op.name, *([epi.norm.name] if epi.norm is not None else []),
                      *(step.name for step in epi.steps)]
             assert chain[-1] == epi.tail_from, (chain, epi.tail_from)
-            pre = Output(epi.tail[-1].name, out.var, op.shape, "float32") if pool else out
+            pre = Output(epi.tail[-1].name, out.var, op.shape, "float32") if (
+                epi.reduce is not None) else out
             tail = convtail.emit_tail(res, kernel, op, chain, epi.tail, pre)
             out = Output(out.name, out.var, out.shape, "float32")  # the tail casts
             if (TAIL_DECISION, "staged") not in kernel.alternatives:
@@ -145,9 +152,9 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     phased = phasefold.phase_dims(spec)
     elem = 2 if compute != "nl.float32" else 4
     if phased is not None and phasefold.faster(spec, phased):
-        if pool is not None:
-            raise LayoutError("a global pool on a transposed conv run phase by phase (staged "
-                              "instead)")
+        if epi is not None and epi.reduce is not None:
+            raise LayoutError("a global pool or channel reduction on a transposed conv run "
+                              "phase by phase (staged instead)")
         spec = bandfold.stack(spec, elem, phased=True)
         phased = phasefold.phase_dims(spec)
         assert phased is not None
@@ -160,22 +167,24 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         fold = bandfold.choose(spec, fold, elem, PLANE_BUDGET // 4)
     resid = epi.residual if epi is not None else None
     extra = (("r_v",) if resid is not None else ()) + (tail.views if tail else ())
+    if across is not None and across.after is not None:
+        extra = tuple(dict.fromkeys(extra + across.after.views))
     if pool is not None:
         if spec.cout_g > PMAX:
             raise LayoutError("a global pool fused into a conv of over 128 output channels a "
                               "group (staged instead)")
         extra += ("part",)
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype,
-                                (slab, fold), epi, (extra, tail))
+                                (slab, fold), epi, (extra, tail), across)
     pair = epi is not None and epi.norm is not None
     if slab is not None:
         bands = convslab.emit_helpers(kernel, spec, slab, bias is not None, tile_fn, compute,
                                       fold, extra)
         _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab, fold, pair,
-                   (resid, extra), pool)
+                   (resid, extra), pool, across is not None)
     else:
         _emit_body(kernel, spec, x, w, bias, out, {(): tile_fn}, compute, None, fold, pair,
-                   (resid, extra), pool)
+                   (resid, extra), pool, across is not None)
 
 
 def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
@@ -220,12 +229,13 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
                fns: dict[tuple[int, ...], str], compute: str, slab: convslab.Slab | None,
                fold: Fold, pair: bool = False,
                reads: tuple[str | None, tuple[str, ...]] = (None, ()),
-               pool: convpool.PoolForm | None = None) -> None:
+               pool: convpool.PoolForm | None = None, across: bool = False) -> None:
     """Weights, then per batch element the plane (or its bands) and the output tiles;
     `fns` maps each band's row counts to its helper (no bands: () to the tile helper)."""
     body = kernel.body
     resid, extra = reads
-    convload.emit_views(body, spec, x, w, bias, out, pair, pooled=pool is not None)
+    convload.emit_views(body, spec, x, w, bias, out, pair, pooled=pool is not None,
+                        across=across)
     if resid is not None:
         outs = ", ".join(str(d.size_out) for d in spec.dims)
         body.line(f"r_v = {resid}.reshape(({spec.batch}, {spec.groups}, {spec.cout_g}, {outs}))")
@@ -251,8 +261,8 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
 
 def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
                       form: tuple[convslab.Slab | None, Fold], epi: Epilogue | None = None,
-                      reads: tuple[tuple[str, ...], convtail.TailCall | None] = ((), None)
-                      ) -> str:
+                      reads: tuple[tuple[str, ...], convtail.TailCall | None] = ((), None),
+                      across: convpool.AcrossForm | None = None) -> str:
     slab, fold = form
     banded = len(slab) if slab else 0
     extra, tail = reads
@@ -274,15 +284,17 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         if fold.rows > 1:
             raise LayoutError(f"{epi.origins} on a banded conv's eviction (staged instead)")
         _emit_eviction(blk, epi, bias, index)
+        tiles = [t for _, t in slab] if slab else list(out_tiles(spec))
+        tiles += list(out_tiles(spec))[len(tiles):]
+        first = f"{starts[0]} + s00" if banded else "s00"
+        flat = convtail.flat_start([d.size_out for d in spec.dims], tiles, first) if (
+            banded <= 1) else None
         if tail is not None:
-            tiles = [t for _, t in slab] if slab else list(out_tiles(spec))
-            tiles += list(out_tiles(spec))[len(tiles):]
-            first = f"{starts[0]} + s00" if banded else "s00"
-            flat = convtail.flat_start([d.size_out for d in spec.dims], tiles, first) if (
-                banded <= 1) else None
             channel = f"g * {spec.cout_g} + c0" if spec.groups > 1 else "c0"
             for line in tail.call([f"{v}sz" for v in sp], channel, flat):
                 blk.line(line)
+        if across is not None:
+            convpool.emit_channel_fold(blk, across, [f"{v}sz" for v in sp], flat)
     elif fold.rows > 1:
         convband.emit_store(blk, spec, fold, bias, index)
     elif bias:
@@ -298,6 +310,8 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         blk.comment("the tile's partial of the global pool: one value per channel, column t")
         blk.line(f"nisa.tensor_reduce(dst=part[0:csz, nl.ds(t, 1)], op={fold_op}, "
                  f"data=res.reshape((csz, {q})), axis=1)")
+    elif across is not None:
+        blk.line(f"nl.store(out_v[n, g, 0:1, {', '.join(index)}], res)")
     elif fold.rows == 1:
         blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {', '.join(index)}], res)")
     args = ", ".join(f"{v}0, {v}sz" for v in sp) + (", rlast" if fold.rows > 1 else "") + (

@@ -1,11 +1,19 @@
-"""A global pool fused into a convolution: a sum, max or min over every position dim of
-the conv's value (after its eviction and tail), as KernelBench level 2's `mean(dim=(2, 3))`
-and `adaptive_avg_pool2d(., 1)` after a conv. Each output tile folds its `[channels,
-positions]` tile into one column of a `[channels, tiles]` SBUF tile of partials (a column
-per tile, so the tiles stay independent: no loop-carried value); after the batch element's
-tiles, the partials fold once more, the pointwise ops on the pooled value run (a convtail
-helper on a `[channels, 1]` tile) and one value per channel is stored. Without it the conv's
-whole output went to HBM scratch and was read back by a row-wise reduction stage.
+"""Reductions fused into a convolution's tiles, so its output never reaches HBM.
+
+A global pool: a sum, max or min over every position dim of the conv's value (after its
+eviction and tail), as KernelBench level 2's `mean(dim=(2, 3))` and `adaptive_avg_pool2d(.,
+1)` after a conv. Each output tile folds its `[channels, positions]` tile into one column of
+a `[channels, tiles]` SBUF tile of partials (a column per tile, so the tiles stay
+independent: no loop-carried value); after the batch element's tiles, the partials fold
+once more, the pointwise ops on the pooled value run (a convtail helper on a `[channels, 1]`
+tile) and one value per channel is stored.
+
+A fold over the channels (dim 1, as level 2's `min(x, dim=1)`): the channels are the
+tile's partitions, so each tile folds them 128 positions at a time (transpose on the Tensor
+Engine, fold along the free axis, transpose the column back into one PSUM row); the ops
+after the fold run on that `[1, positions]` row, which is stored.
+
+Without them the conv's whole output went to HBM scratch and a row-wise stage read it back.
 """
 
 from __future__ import annotations
@@ -88,3 +96,63 @@ def emit_fold(body: Block, spec: ConvSpec, pool: PoolForm, count: int) -> None:
         body.line(f"fin = nl.copy(tot, dtype={nl_dtype(pool.dtype)})")
         value = "fin"
     body.line(f"nl.store(out_v[n, g, 0:{csz}, 0:1], {value})")
+
+
+@dataclass(frozen=True)
+class AcrossForm:
+    """A fold over the channels (dim 1) fused into the conv's tiles: its op, the helper for
+    the pointwise ops on its [N, 1, positions...] result (None: none), the output's dtype."""
+
+    fold: str
+    after: convtail.TailCall | None
+    dtype: str
+    origin: str
+
+
+def channel_form(res: Resolved, kernel: Kernel, conv: Op, epi: Epilogue,
+                 out: Output) -> AcrossForm:
+    """The channel fold's form (one block of at most 128 channels, one group)."""
+    red = epi.reduce
+    assert red is not None
+    if epi.after and len(red.shape) != len(conv.shape):
+        raise LayoutError("ops after a channel reduction that drops its dim (keepdim=False), "
+                          "fused (staged instead)")
+    last = Output(epi.after[-1].name, out.var, red.shape, out.dtype) if epi.after else out
+    after = convtail.emit_tail(res, kernel, conv, [red.name], epi.after, last,
+                               tuple(red.shape)) if epi.after else None
+    return AcrossForm(POOL_FOLD[red.op], after, out.dtype, red.origin or red.op)
+
+
+def emit_channel_fold(blk: Block, across: AcrossForm, sizes: list[str], flat: str | None
+                      ) -> None:
+    """Lines of a tile helper (with `res` [csz, *sizes], fp32, every channel) that replace
+    `res` by its fold over the channels, [1, *sizes]: 128 positions at a time, transposed on
+    the Tensor Engine (positions onto the partitions), folded along the free axis by the
+    Vector Engine and transposed back into one PSUM row; then the ops after the fold."""
+    q = " * ".join(sizes)
+    blk.comment(f"{across.origin}: fold the channels (the partitions), 128 positions at a "
+                "time: transpose, fold along the free axis, transpose back into one row")
+    blk.line(f"flat_t = res.reshape((csz, {q}))")
+    blk.line(f"row_ps = nl.ndarray((1, {q}), dtype=nl.float32, buffer=nl.psum)")
+    blk.line(f"for cb in range(({q} + {PMAX - 1}) // {PMAX}):")
+    blk.line(f"    w = min({PMAX}, {q} - cb * {PMAX})")
+    blk.line("    tp = nl.ndarray((w, csz), dtype=nl.float32, buffer=nl.psum)")
+    blk.line(f"    nisa.nc_transpose(tp, flat_t[0:csz, nl.ds(cb * {PMAX}, w)])")
+    blk.line("    col = nl.ndarray((w, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"    nisa.tensor_reduce(dst=col, op={across.fold}, data=tp, axis=1)")
+    blk.line(f"    nisa.nc_transpose(row_ps[0:1, nl.ds(cb * {PMAX}, w)], col)")
+    blk.line(f"row = nl.ndarray((1, {q}), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line("nisa.tensor_copy(dst=row, src=row_ps)")
+    value = "row"
+    if across.after is not None:
+        if across.after.indexed and flat is None:
+            raise LayoutError("a tensor of the positions' shape after a channel reduction, on "
+                              "tiles that are not whole rows (staged instead)")
+        start = flat if across.after.indexed and flat is not None else "0"
+        args = ", ".join(["row", *across.after.views, "n", "0", "1", start, q])
+        blk.line(f"fin = {across.after.fn}({args})")
+        value = "fin"
+    elif across.dtype != "float32":
+        blk.line(f"fin = nl.copy(row, dtype={nl_dtype(across.dtype)})")
+        value = "fin"
+    blk.line(f"res = {value}.reshape((1, {', '.join(sizes)}))")

@@ -33,7 +33,7 @@ from nkibot.lowering.schedule.layout import (
 CONV_NAMES = frozenset({
     "x_v", "w_v", "b_v", "out_v", "r_v", "x_sb", "w_sb", "b_sb", "n", "g", "c0", "csz", "acc",
     "res", "b_t", "st", "y", "r_t", "fin", "t", "o", "r0", "p", "q", "z0", "y0", "rows", "cols",
-    "diag", "ident", "plane",
+    "diag", "ident", "plane", "flat_t", "row_ps", "tp", "col", "row", "cb", "w",
 })
 
 

@@ -49,6 +49,8 @@ class Epilogue:
     #: the pointwise ops on its [N, C, 1...] result (convtail.py writes them too).
     reduce: Op | None = None
     after: tuple[Op, ...] = ()
+    #: The reduction folds the channels (dim 1, a [N, 1, positions...] result) instead.
+    channels: bool = False
 
     @property
     def origins(self) -> str:
@@ -93,12 +95,13 @@ def find_epilogue(res: Resolved, conv: Op, outputs: list[Output]) -> Epilogue | 
         return _find(res, conv, rest, last)
     start, end, red = found
     after = tuple(op for op in rest[end + 1:] if op.op != "view")
+    channels = _reduces(res, red, (1, 2), _before(rest, start, conv))
     if not rest[:start]:
-        return Epilogue(None, (), None, reduce=red, after=after)
+        return Epilogue(None, (), None, reduce=red, after=after, channels=channels)
     epi = _find(res, conv, rest[:start], rest[start - 1].name)
     if epi is None:
         return None
-    return replace(epi, reduce=red, after=after)
+    return replace(epi, reduce=red, after=after, channels=channels)
 
 
 def _global_pool(res: Resolved, conv: Op, rest: list[Op], last: str
@@ -106,16 +109,21 @@ def _global_pool(res: Resolved, conv: Op, rest: list[Op], last: str
     """(first, last index, final op) of the ops in rest that fold every position dim of
     the value before them (a reduction over dims 2.., or the two-level form
     rewrite.split_long_reductions makes of it: a view to [N, C, k, L], the fold of L, a
-    view, the fold of k), when everything after is pointwise on their result alone (then
-    views of it), ending at `last`."""
+    view, the fold of k), or its channels (dim 1), when everything after is pointwise on
+    their result alone (then views of it), ending at `last`."""
     k = next((i for i, op in enumerate(rest) if op.op in REDUCE), None)
     if k is None:
         return None
     nd, red = len(conv.shape), rest[k]
     pooled = tuple(conv.shape[:2]) + (1,) * (nd - 2)
     start, end = k, k
-    if _reduces(res, red, (2, nd), _before(rest, k, conv)) and tuple(red.shape) in (
-            pooled, tuple(conv.shape[:2])):
+    across = (conv.shape[0], 1, *conv.shape[2:])
+    source = _before(rest, k, conv)
+    whole = _reduces(res, red, (2, nd), source) and tuple(red.shape) in (
+        pooled, tuple(conv.shape[:2]))
+    channels = _reduces(res, red, (1, 2), source) and tuple(red.shape) in (
+        across, (conv.shape[0], *conv.shape[2:]))
+    if whole or channels:
         pass
     elif (k >= 1 and k + 2 < len(rest) and rest[k - 1].op == "view" and nd >= 3
           and len(rest[k - 1].shape) == 4 and tuple(rest[k - 1].shape[:2]) == pooled[:2]
