@@ -3,7 +3,10 @@ HBM. A global pool (sum, mean, max or min over every position dim): each output 
 its evicted (and tailed) values into one column of partials per channel, and the batch
 element's partials fold once more (KernelBench level 2 67, 42). A fold over the channels
 (min over dim 1: level 2 25, 32): each tile's channels, the partitions, are folded 128
-positions at a time through Tensor Engine transposes. On the simulator against PyTorch."""
+positions at a time through Tensor Engine transposes. A max or average pool whose windows
+tile the positions (level 2 35, 46, 65, 82): the grid runs over pooled positions, each conv
+tile covers whole windows and is pooled before its store. On the simulator against
+PyTorch."""
 
 from __future__ import annotations
 
@@ -140,4 +143,60 @@ def test_channel_folds_not_fused_still_verify(init: str, expr: str) -> None:
     task = make_task(module_source(expr, init=init), [(2, 4 if "groups" in init else 3, 9, 8)])
     lowered = lower_ok(task)
     assert "row_ps" not in lowered.source and len(lowered.plan) >= 2, lowered.plan
+    check_on_sim(task)
+
+
+POOL2 = "\n        self.pool = nn.{}({})"
+
+
+@pytest.mark.parametrize(("init", "expr", "shape"), [
+    # level 2 35: subtract, HardSwish, max pool 2, Mish after it
+    (CONV + POOL2.format("MaxPool2d", 2), "F.mish(self.pool(F.hardswish(self.conv(x) - 0.5)))",
+     (2, 4, 14, 15)),
+    # level 2 46: average pool 2 over rows of 29 (the last row and column dropped)
+    (CONV + POOL2.format("AvgPool2d", 2), "self.pool(torch.tanh(self.conv(x) - 0.5) - 0.2)",
+     (2, 4, 30, 31)),
+    # level 2 82: max pool 4, a per-channel parameter before it; rows over a tile
+    (CONV + POOL2.format("MaxPool2d", 4) + "\n        self.bias = nn.Parameter(torch.randn(8, "
+     "1, 1))", "self.pool(torch.tanh(self.conv(x)) * 2.0 + self.bias)", (2, 4, 40, 70)),
+    # 3-D max pool 2 (level 2 43's head)
+    ("        self.conv = nn.Conv3d(3, 8, 3)" + POOL2.format("MaxPool3d", 2),
+     "self.pool(torch.relu(self.conv(x)))", (1, 3, 8, 9, 10)),
+    # a plane in bands: bands of whole windows (level 2 65: average pool 4, then sigmoid)
+    (CONV + POOL2.format("AvgPool2d", 4), "torch.sigmoid(self.pool(self.conv(x)))",
+     (1, 4, 200, 203)),
+    (CONV + POOL2.format("MaxPool2d", 2), "torch.clamp(self.pool(self.conv(x)), -0.5, 0.5)",
+     (1, 4, 201, 200)),
+])
+def test_window_pool_fused_and_verified(init: str, expr: str, shape: tuple[int, ...]) -> None:
+    task = make_task(module_source(expr, init=init), [shape])
+    lowered = lower_ok(task)
+    assert lowered.plan == [], lowered.plan
+    assert "pool of" in lowered.source and "buffer=nl.hbm" not in lowered.source
+    if shape[-1] > 150:
+        assert "def conv_band(" in lowered.source
+    check_on_sim(task)
+
+
+def test_a_reduction_after_the_pool_is_a_stage_of_its_own() -> None:
+    """level 2 65: the sum after the pool joins no group with it (a stage reads the pooled,
+    small tensor)."""
+    task = make_task(module_source("torch.sum(torch.sigmoid(self.pool(self.conv(x))), "
+                                   "dim=(1, 2, 3))", init=CONV + POOL2.format("AvgPool2d", 4)),
+                     [(2, 4, 22, 22)])
+    lowered = lower_ok(task)
+    assert len(lowered.plan) == 2 and "pool of" in lowered.source, lowered.plan
+    check_on_sim(task)
+
+
+@pytest.mark.parametrize(("pool", "shape"), [
+    ("nn.MaxPool2d(3, stride=2)", (2, 4, 12, 12)),  # overlapping windows
+    ("nn.MaxPool2d(2, padding=1)", (2, 4, 12, 12)),  # padding
+    ("nn.MaxPool2d(2, ceil_mode=True)", (2, 4, 11, 11)),  # a partial last window
+])
+def test_other_pools_stay_stages(pool: str, shape: tuple[int, ...]) -> None:
+    task = make_task(module_source("self.pool(torch.relu(self.conv(x)))",
+                                   init=CONV + f"\n        self.pool = {pool}"), [shape])
+    lowered = lower_ok(task)
+    assert "pool of" not in lowered.source and len(lowered.plan) == 2, lowered.plan
     check_on_sim(task)

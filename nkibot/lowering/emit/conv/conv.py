@@ -102,25 +102,28 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     w_leaf = res.graph.leaf(w)
     assert w_leaf is not None
     spec = conv_spec(op, x_shape, w_leaf.shape)
-    tail = pool = across = None
+    tail: convtail.TailCall | None = None
+    fused: convpool.Fused | None = None
     if epi is not None and spec.transposed and epi.prefix:
         epi = as_tail(res, op, epi) or epi  # its activations and clamps as tail ops
-    if epi is not None and epi.reduce is not None:
+    if epi is not None and (epi.reduce is not None or epi.window is not None):
         if kernel.choices.get(TAIL_DECISION) == "staged":
-            raise LayoutError(f"{epi.origins}: the global pool staged (a variant)")
-        if not epi.channels:
-            pool = convpool.pool_form(res, kernel, op, epi, out)
+            raise LayoutError(f"{epi.origins}: the pool or reduction staged (a variant)")
+        if epi.window is not None:
+            fused = convpool.window_form(res, kernel, op, epi, out)
+        elif not epi.channels:
+            fused = convpool.pool_form(res, kernel, op, epi, out)
         elif spec.groups > 1 or spec.cout > PMAX or depthwise.fits(spec):
             raise LayoutError("a channel reduction fused into a grouped or depthwise conv, or "
                               "one of over 128 output channels (staged instead)")
         else:
-            across = convpool.channel_form(res, kernel, op, epi, out)
+            fused = convpool.channel_form(res, kernel, op, epi, out)
         out = Output(out.name, out.var, out.shape, "float32")  # the pool's helper casts
         if (TAIL_DECISION, "staged") not in kernel.alternatives:
             kernel.alternatives.append((TAIL_DECISION, "staged"))
     if epi is not None:
         if (spec.transposed and epi.prefix) or (depthwise.fits(spec) and (
-                epi.residual is not None or spec.cout != spec.cin or epi.tail or pool)):
+                epi.residual is not None or spec.cout != spec.cin or epi.tail or fused)):
             raise LayoutError(f"{epi.origins} on a transposed conv's eviction, or a residual, "
                               "a channel multiplier or a tail on a depthwise one's (staged "
                               "instead)")
@@ -133,7 +136,7 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
                      *(step.name for step in epi.steps)]
             assert chain[-1] == epi.tail_from, (chain, epi.tail_from)
             pre = Output(epi.tail[-1].name, out.var, op.shape, "float32") if (
-                epi.reduce is not None) else out
+                fused is not None) else out
             tail = convtail.emit_tail(res, kernel, op, chain, epi.tail, pre)
             out = Output(out.name, out.var, out.shape, "float32")  # the tail casts
             if (TAIL_DECISION, "staged") not in kernel.alternatives:
@@ -145,6 +148,7 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         depthwise.emit_depthwise(kernel, spec, op.origin, x, w, bias, out, epi)
         return
     slab = check(spec, x_dtype)
+    band_spec = spec
     compute = nl_dtype(x_dtype) if x_dtype in ("bfloat16", "float16") and (
         w_leaf.dtype == x_dtype) else "nl.float32"
     kind = "transposed convolution" if spec.transposed else "convolution"
@@ -152,9 +156,9 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     phased = phasefold.phase_dims(spec)
     elem = 2 if compute != "nl.float32" else 4
     if phased is not None and phasefold.faster(spec, phased):
-        if epi is not None and epi.reduce is not None:
-            raise LayoutError("a global pool or channel reduction on a transposed conv run "
-                              "phase by phase (staged instead)")
+        if fused is not None:
+            raise LayoutError("a pool or reduction on a transposed conv run phase by phase "
+                              "(staged instead)")
         spec = bandfold.stack(spec, elem, phased=True)
         phased = phasefold.phase_dims(spec)
         assert phased is not None
@@ -167,29 +171,33 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         fold = bandfold.choose(spec, fold, elem, PLANE_BUDGET // 4)
     resid = epi.residual if epi is not None else None
     extra = (("r_v",) if resid is not None else ()) + (tail.views if tail else ())
-    if across is not None and across.after is not None:
-        extra = tuple(dict.fromkeys(extra + across.after.views))
-    if pool is not None:
+    if isinstance(fused, convpool.AcrossForm | convpool.WindowForm) and fused.after:
+        extra = tuple(dict.fromkeys(extra + fused.after.views))
+    windows = None
+    if isinstance(fused, convpool.WindowForm) and slab is not None:
+        band_spec, slab = convpool.window_bands(spec, slab, fused)
+        windows = (fused.kernel, fused.pooled, fused.tiles)
+    if isinstance(fused, convpool.PoolForm):
         if spec.cout_g > PMAX:
             raise LayoutError("a global pool fused into a conv of over 128 output channels a "
                               "group (staged instead)")
         extra += ("part",)
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype,
-                                (slab, fold), epi, (extra, tail), across)
+                                (slab, fold), epi, (extra, tail), fused)
     pair = epi is not None and epi.norm is not None
     if slab is not None:
-        bands = convslab.emit_helpers(kernel, spec, slab, bias is not None, tile_fn, compute,
-                                      fold, extra)
+        bands = convslab.emit_helpers(kernel, band_spec, slab, bias is not None, tile_fn,
+                                      compute, fold, extra, windows)
         _emit_body(kernel, spec, x, w, bias, out, bands, compute, slab, fold, pair,
-                   (resid, extra), pool, across is not None)
+                   (resid, extra), fused, band_spec)
     else:
         _emit_body(kernel, spec, x, w, bias, out, {(): tile_fn}, compute, None, fold, pair,
-                   (resid, extra), pool, across is not None)
+                   (resid, extra), fused)
 
 
 def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
                     tile_fn: str, extra: tuple[str, ...] = (),
-                    pool: convpool.PoolForm | None = None) -> None:
+                    fused: convpool.Fused | None = None) -> None:
     """The output tiles over the loaded plane x_sb (channels x positions), then a global
     pool's fold of their partials; closes the batch and group loops the caller opened."""
     sp = _sp(spec)
@@ -197,9 +205,18 @@ def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
     if fold.rows > 1:
         convband.emit_tile_grid(body, spec, fold, out_tiles(grouped(spec, fold)), params, tile_fn)
     else:
+        pool = fused if isinstance(fused, convpool.PoolForm) else None
         fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
         axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
             sp, spec.dims, out_tiles(spec), strict=True)]
+        if isinstance(fused, convpool.WindowForm):
+            # the grid runs over pooled positions: a conv tile is k times as long per dim
+            fields = "{c0}, {csz}, " + ", ".join(
+                f"{{{v}0}} * {k}, {{{v}sz}} * {k}" for v, k in zip(sp, fused.kernel,
+                                                                    strict=True))
+            fields += "".join(f", {{{v}0}}, {{{v}sz}}" for v in sp)
+            axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, p, t) for v, p, t in zip(
+                sp, fused.pooled, fused.tiles, strict=True)]
         if pool is not None:
             convpool.emit_partials(body, spec, pool, convpool.tile_count(spec))
         emit_grid(body, axes, f"{tile_fn}({params}, {fields}" + (", {t})" if pool else ")"),
@@ -229,13 +246,13 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
                fns: dict[tuple[int, ...], str], compute: str, slab: convslab.Slab | None,
                fold: Fold, pair: bool = False,
                reads: tuple[str | None, tuple[str, ...]] = (None, ()),
-               pool: convpool.PoolForm | None = None, across: bool = False) -> None:
+               fused: convpool.Fused | None = None, band_spec: ConvSpec | None = None) -> None:
     """Weights, then per batch element the plane (or its bands) and the output tiles;
     `fns` maps each band's row counts to its helper (no bands: () to the tile helper)."""
     body = kernel.body
     resid, extra = reads
-    convload.emit_views(body, spec, x, w, bias, out, pair, pooled=pool is not None,
-                        across=across)
+    convload.emit_views(body, spec, x, w, bias, out, pair, convpool.out_dims(fused, spec))
+    pool = fused if isinstance(fused, convpool.PoolForm) else None
     if resid is not None:
         outs = ", ".join(str(d.size_out) for d in spec.dims)
         body.line(f"r_v = {resid}.reshape(({spec.batch}, {spec.groups}, {spec.cout_g}, {outs}))")
@@ -253,16 +270,16 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
         if pool is not None:
             convpool.emit_partials(body, spec, pool, convslab.band_count(spec, slab))
             finish = lambda count: convpool.emit_fold(body, spec, pool, count)  # noqa: E731
-        convslab.emit_bands(body, spec, slab, head, fns, fold, finish)
+        convslab.emit_bands(body, band_spec or spec, slab, head, fns, fold, finish)
         return
     convload.emit_plane(body, spec, fold, compute)
-    _emit_tile_grid(body, spec, fold, bias is not None, fns[()], extra, pool)
+    _emit_tile_grid(body, spec, fold, bias is not None, fns[()], extra, fused)
 
 
 def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
                       form: tuple[convslab.Slab | None, Fold], epi: Epilogue | None = None,
                       reads: tuple[tuple[str, ...], convtail.TailCall | None] = ((), None),
-                      across: convpool.AcrossForm | None = None) -> str:
+                      fused: convpool.Fused | None = None) -> str:
     slab, fold = form
     banded = len(slab) if slab else 0
     extra, tail = reads
@@ -286,6 +303,8 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         _emit_eviction(blk, epi, bias, index)
         tiles = [t for _, t in slab] if slab else list(out_tiles(spec))
         tiles += list(out_tiles(spec))[len(tiles):]
+        if isinstance(fused, convpool.WindowForm):
+            tiles = [t * k for t, k in zip(fused.tiles, fused.kernel, strict=True)]
         first = f"{starts[0]} + s00" if banded else "s00"
         flat = convtail.flat_start([d.size_out for d in spec.dims], tiles, first) if (
             banded <= 1) else None
@@ -293,8 +312,14 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
             channel = f"g * {spec.cout_g} + c0" if spec.groups > 1 else "c0"
             for line in tail.call([f"{v}sz" for v in sp], channel, flat):
                 blk.line(line)
-        if across is not None:
-            convpool.emit_channel_fold(blk, across, [f"{v}sz" for v in sp], flat)
+        if isinstance(fused, convpool.AcrossForm):
+            convpool.emit_channel_fold(blk, fused, [f"{v}sz" for v in sp], flat)
+        elif isinstance(fused, convpool.WindowForm):
+            first = f"{starts[0]} // {fused.kernel[0]} + p00" if banded else "p00"
+            flat = convtail.flat_start(list(fused.pooled), list(fused.tiles), first) if (
+                banded <= 1) else None
+            channel = f"g * {spec.cout_g} + c0" if spec.groups > 1 else "c0"
+            convpool.emit_window(blk, fused, sp, flat, channel)
     elif fold.rows > 1:
         convband.emit_store(blk, spec, fold, bias, index)
     elif bias:
@@ -310,12 +335,17 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         blk.comment("the tile's partial of the global pool: one value per channel, column t")
         blk.line(f"nisa.tensor_reduce(dst=part[0:csz, nl.ds(t, 1)], op={fold_op}, "
                  f"data=res.reshape((csz, {q})), axis=1)")
-    elif across is not None:
+    elif isinstance(fused, convpool.AcrossForm):
         blk.line(f"nl.store(out_v[n, g, 0:1, {', '.join(index)}], res)")
+    elif isinstance(fused, convpool.WindowForm):
+        pooled_at = ", ".join(f"nl.ds({starts[i]} // {k} + p{i}0, p{i}sz)" if i < banded else
+                              f"nl.ds(p{i}0, p{i}sz)" for i, k in enumerate(fused.kernel))
+        blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {pooled_at}], res)")
     elif fold.rows == 1:
         blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {', '.join(index)}], res)")
     args = ", ".join(f"{v}0, {v}sz" for v in sp) + (", rlast" if fold.rows > 1 else "") + (
-        ", t" if pooled else "")
+        ", t" if pooled else "") + "".join(f", p{i}0, p{i}sz" for i in range(len(sp)) if (
+            isinstance(fused, convpool.WindowForm)))
     head = "x_sb, w_sb, " + ("b_v, " if bias else "") + convload.out_views(extra) + ", n, g" + (
         "".join(f", {z}" for z in starts))
     kernel.helpers.append([

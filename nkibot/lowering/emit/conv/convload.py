@@ -19,11 +19,10 @@ def out_views(extra: tuple[str, ...] = ()) -> str:
 
 
 def emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
-               out: Output, pair: bool = False, pooled: bool = False,
-               across: bool = False) -> None:
-    """The HBM views: weights [groups, Cin/g, Cout/g, K...], bias, input and output (one
-    value per channel when `pooled`: a global pool's; one channel when `across`: a fold
-    over the channels)."""
+               out: Output, pair: bool = False, out_dims: str | None = None) -> None:
+    """The HBM views: weights [groups, Cin/g, Cout/g, K...], bias, input and output
+    (`out_dims`: its dims after batch and group when not [Cout/g, positions...]: a fused
+    pool's or reduction's)."""
     g_, cin_g, cout_g = spec.groups, spec.cin_g, spec.cout_g
     ks = ", ".join(str(d.taps) for d in spec.dims)
     if spec.stack > 1:
@@ -47,10 +46,9 @@ def emit_views(body: Block, spec: ConvSpec, x: str, w: str, bias: str | None,
     if bias is not None:
         body.line(f"b_v = {bias}.reshape(({g_}, {cout_g}, {2 if pair else 1}))")
     ins = ", ".join(str(d.size_in) for d in spec.dims)
-    outs = "1" if pooled else ", ".join(str(d.size_out) for d in spec.dims)
+    outs = ", ".join(str(d.size_out) for d in spec.dims)
     body.line(f"x_v = {x}.reshape(({spec.batch}, {g_}, {cin_g}, {ins}))")
-    body.line(f"out_v = {out.var}.reshape(({spec.batch}, {g_}, {1 if across else cout_g}, "
-              f"{outs}))")
+    body.line(f"out_v = {out.var}.reshape(({spec.batch}, {g_}, {out_dims or f'{cout_g}, {outs}'}))")
 
 
 def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:

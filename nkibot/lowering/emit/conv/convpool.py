@@ -18,14 +18,22 @@ Without them the conv's whole output went to HBM scratch and a row-wise stage re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+import math
+from dataclasses import dataclass, replace
 
 from nkibot.lowering.emit.builder import PMAX, Block, nl_dtype
 from nkibot.lowering.emit.conv import convtail
 from nkibot.lowering.emit.conv.epilogue import POOL_FOLD, Epilogue
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import Op
-from nkibot.lowering.schedule.convspec import ConvSpec, out_tiles
+from nkibot.lowering.schedule.convspec import (
+    NMAX,
+    PLANE_BUDGET,
+    ConvSpec,
+    out_tiles,
+    slab_rows,
+)
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
 
 
@@ -156,3 +164,129 @@ def emit_channel_fold(blk: Block, across: AcrossForm, sizes: list[str], flat: st
         blk.line(f"fin = nl.copy(row, dtype={nl_dtype(across.dtype)})")
         value = "fin"
     blk.line(f"res = {value}.reshape((1, {', '.join(sizes)}))")
+
+
+@dataclass(frozen=True)
+class WindowForm:
+    """A max or average pool whose windows tile the conv's positions, fused into its tiles:
+    the grid runs over pooled positions (`tiles` of them a tile, per dim), each conv tile
+    covers whole windows; `after` runs on the pooled tile."""
+
+    kind: str  # "max" | "avg"
+    kernel: tuple[int, ...]
+    pooled: tuple[int, ...]  # pooled extent per dim
+    tiles: tuple[int, ...]  # pooled positions per tile, per dim
+    after: convtail.TailCall | None
+    dtype: str
+    origin: str
+
+
+Fused = PoolForm | AcrossForm | WindowForm
+
+
+def window_form(res: Resolved, kernel: Kernel, conv: Op, epi: Epilogue,
+                out: Output) -> WindowForm:
+    """The fused pool's form: its pooled grid and the helper for the ops after it."""
+    pool = epi.window
+    assert pool is not None
+    sizes = tuple(int(str(k)) for k in _ints(pool.attr("kernel")))
+    pooled = tuple(pool.shape[2:])
+    last = Output(epi.after[-1].name, out.var, pool.shape, out.dtype) if epi.after else out
+    after = convtail.emit_tail(res, kernel, conv, [pool.name], epi.after, last,
+                               tuple(pool.shape)) if epi.after else None
+    return WindowForm(str(pool.attr("kind")), sizes, pooled, window_tiles(pooled, sizes),
+                      after, out.dtype, pool.origin or pool.op)
+
+
+def _ints(value: object) -> tuple[object, ...]:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def window_tiles(pooled: tuple[int, ...], kernel: tuple[int, ...]) -> tuple[int, ...]:
+    """Pooled positions per tile, innermost dim first, so that the conv positions a tile
+    covers (the pooled ones times the kernel) stay within one PSUM bank (NMAX)."""
+    tiles: list[int] = []
+    room = NMAX
+    for i in reversed(range(len(pooled))):
+        outer = math.prod(kernel[:i])
+        tp = max(1, min(pooled[i], room // (kernel[i] * outer)))
+        tiles.insert(0, tp)
+        room = room // (tp * kernel[i]) if tp == pooled[i] else outer
+    if math.prod(t * k for t, k in zip(tiles, kernel, strict=True)) > NMAX:
+        raise LayoutError(f"pool windows of {math.prod(kernel)} positions do not fit a conv "
+                          "tile (staged instead)")
+    return tuple(tiles)
+
+
+def out_dims(fused: Fused | None, spec: ConvSpec) -> str:
+    """The output view's dims after (batch, group): channels, then positions."""
+    if isinstance(fused, PoolForm):
+        return f"{spec.cout_g}, 1"
+    if isinstance(fused, AcrossForm):
+        return "1, " + ", ".join(str(d.size_out) for d in spec.dims)
+    if isinstance(fused, WindowForm):
+        return f"{spec.cout_g}, " + ", ".join(map(str, fused.pooled))
+    return f"{spec.cout_g}, " + ", ".join(str(d.size_out) for d in spec.dims)
+
+
+def emit_window(blk: Block, win: WindowForm, sp: list[str], flat: str | None,
+                channel: str) -> None:
+    """Lines of a tile helper (with `res` [csz, conv tile], fp32) that pool it into `res`
+    [csz, pooled tile] (p{i}sz per dim), then run the ops after the pool: one Vector fold of
+    the last dim's windows over the whole tile (its positions split [pooled, kernel]), then
+    one instruction per window offset of the other dims, over strided views."""
+    nd = len(win.kernel)
+    psizes = [f"p{i}sz" for i in range(nd)]
+    op = "nl.maximum" if win.kind == "max" else "nl.add"
+    blk.comment(f"{win.origin}: {win.kind} pool of {' x '.join(map(str, win.kernel))} windows "
+                "over the tile: the last dim's windows in one fold, then the other dims'")
+    src = "res"
+    if win.kernel[-1] > 1:
+        lead = [f"{v}sz" for v in sp[:-1]]
+        blk.line(f"rw = nl.ndarray((csz, {', '.join([*lead, psizes[-1]])}), dtype=nl.float32, "
+                 "buffer=nl.sbuf)")
+        blk.line(f"nisa.tensor_reduce(dst=rw, op={op}, data=res.reshape((csz, "
+                 f"{', '.join([*lead, psizes[-1], str(win.kernel[-1])])})), axis={nd + 1})")
+        src = "rw"
+    outer = list(itertools.product(*(range(k) for k in win.kernel[:-1])))
+    if len(outer) > 1:
+        blk.line(f"pv = nl.ndarray((csz, {', '.join(psizes)}), dtype=nl.float32, "
+                 "buffer=nl.sbuf)")
+        for j, off in enumerate(outer):
+            view = ", ".join([*(f"{o}:{v}sz:{k}" for o, v, k in zip(
+                off, sp, win.kernel, strict=False)), f"0:{psizes[-1]}"])
+            if j == 0:
+                blk.line(f"nisa.tensor_copy(dst=pv, src={src}[0:csz, {view}])")
+            else:
+                blk.line(f"nisa.tensor_tensor(dst=pv, data1=pv, data2={src}[0:csz, {view}], "
+                         f"op={op})")
+        src = "pv"
+    if win.kind == "avg":
+        blk.line(f"nisa.tensor_scalar(dst={src}, data={src}, op0=nl.multiply, "
+                 f"operand0={1.0 / math.prod(win.kernel)!r})")
+    blk.line(f"res = {src}")
+    if win.after is not None:
+        for line in win.after.call(psizes, channel, flat):
+            blk.line(line)
+    elif win.dtype != "float32":
+        blk.line(f"res = nl.copy(res, dtype={nl_dtype(win.dtype)})")
+
+
+def window_bands(spec: ConvSpec, slab: tuple[tuple[int, int], ...], win: WindowForm
+                 ) -> tuple[ConvSpec, tuple[tuple[int, int], ...]]:
+    """For a plane loaded in bands of dim 0: the spec whose dim 0 ends at the last whole
+    window, and bands of whole windows (rows a multiple of the kernel's, within the band's
+    SBUF room: at least one window)."""
+    if len(slab) > 1:
+        raise LayoutError("a pool on a conv whose plane is loaded in bands of two dims "
+                          "(staged instead)")
+    k0 = win.kernel[0]
+    d0 = spec.dims[0]
+    cut = replace(spec, dims=(replace(d0, size_out=win.pooled[0] * k0), *spec.dims[1:]))
+    rows = max(k0, slab[0][0] // k0 * k0)
+    room = PLANE_BUDGET // 4 - spec.cout_g * spec.taps  # as convspec.check
+    if rows > slab[0][0] and slab_rows(d0, rows) * math.prod(
+            d.plane for d in spec.dims[1:]) > room:
+        raise LayoutError("a pool window's rows do not fit a band of the plane (staged "
+                          "instead)")
+    return cut, ((rows, rows),)

@@ -33,15 +33,20 @@ def band_starts(banded: int) -> list[str]:
     return [v[4] for v in _VARS[:banded]]
 
 
+#: A pool fused into the tiles (convpool.WindowForm): (kernel, pooled extents, pooled
+#: positions per tile), per dim; the band helper's grid then runs over pooled positions.
+Windows = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
 def emit_helpers(kernel: Kernel, spec: ConvSpec, slab: Slab, bias: bool, tile_fn: str,
-                 compute: str, fold: Fold, extra: tuple[str, ...]
-                 ) -> dict[tuple[int, ...], str]:
+                 compute: str, fold: Fold, extra: tuple[str, ...],
+                 windows: Windows | None = None) -> dict[tuple[int, ...], str]:
     """A band helper per band size (output rows of each banded dim), by size."""
     sizes = itertools.product(*({min(rows, d.size_out - z) for z in range(0, d.size_out, rows)}
                                 for (rows, _), d in zip(slab, spec.dims, strict=False)))
     tiles = tuple(t for _, t in slab)
-    return {key: _helper(kernel, spec, bias, tile_fn, compute, (key, tiles), fold, extra)
-            for key in sorted(sizes)}
+    return {key: _helper(kernel, spec, bias, tile_fn, compute, (key, tiles), fold, extra,
+                         windows) for key in sorted(sizes)}
 
 
 def emit_bands(body: Block, spec: ConvSpec, slab: Slab, head: str,
@@ -156,7 +161,7 @@ def _block(blk: Block, spec: ConvSpec, group: list[tuple[int, tuple[int, ...]]],
 
 def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: str,
             shape: tuple[tuple[int, ...], tuple[int, ...]], fold: Fold,
-            extra: tuple[str, ...]) -> str:
+            extra: tuple[str, ...], windows: Windows | None = None) -> str:
     """A band of `shape[0]` output rows of each banded dim from z0 (and y0): load the input
     rows it reads, then its tiles of `shape[1]` rows."""
     fn = kernel.names.fresh("conv_band")
@@ -193,6 +198,15 @@ def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: s
         Axis(v, s, t) for v, s, t in zip(sp, sizes, tiles, strict=False)] + [
         Axis(v, d.size_out, t) for v, d, t in zip(sp[nb:], rest, out_tiles(spec)[nb:],
                                                   strict=True)]
+    if windows is not None:  # over pooled positions: a conv tile is k times as long per dim
+        ks, pooled_dims, ptiles = windows
+        fields = "{c0}, {csz}, " + ", ".join(f"{{{v}0}} * {k}, {{{v}sz}} * {k}" for v, k in zip(
+            sp, ks, strict=True)) + "".join(f", {{{v}0}}, {{{v}sz}}" for v in sp)
+        axes = [Axis("c", spec.cout_g, PMAX)] + [
+            Axis(v, s // k, min(t, s // k)) for v, s, k, t in zip(sp, sizes, ks, ptiles,
+                                                                  strict=False)] + [
+            Axis(v, p, t) for v, p, t in zip(sp[nb:], pooled_dims[nb:], ptiles[nb:],
+                                             strict=True)]
     pooled = "part" in extra  # a global pool's partials: this band's from column t0
     emit_grid(blk, axes, f"{tile_fn}({params}, {fields}" + (", t0 + {t})" if pooled else ")"),
               "affine_range", index=() if pooled else None)

@@ -51,6 +51,9 @@ class Epilogue:
     after: tuple[Op, ...] = ()
     #: The reduction folds the channels (dim 1, a [N, 1, positions...] result) instead.
     channels: bool = False
+    #: A max or average pool whose windows tile the positions (kernel == stride, no padding
+    #: or dilation) in place of a reduction: `after` then runs on its result.
+    window: Op | None = None
 
     @property
     def origins(self) -> str:
@@ -90,11 +93,16 @@ def find_epilogue(res: Resolved, conv: Op, outputs: list[Output]) -> Epilogue | 
     if not rest or len(outputs) != 1:
         return None
     last = res.target(outputs[0].name)
-    found = _global_pool(res, conv, rest, last)
+    found = _global_pool(res, conv, rest, last) or _window_pool(res, conv, rest, last)
     if found is None:
         return _find(res, conv, rest, last)
     start, end, red = found
     after = tuple(op for op in rest[end + 1:] if op.op != "view")
+    if red.op == "pool":
+        if not rest[:start]:
+            return Epilogue(None, (), None, after=after, window=red)
+        epi = _find(res, conv, rest[:start], rest[start - 1].name)
+        return None if epi is None else replace(epi, after=after, window=red)
     channels = _reduces(res, red, (1, 2), _before(rest, start, conv))
     if not rest[:start]:
         return Epilogue(None, (), None, reduce=red, after=after, channels=channels)
@@ -140,20 +148,55 @@ def _global_pool(res: Resolved, conv: Op, rest: list[Op], last: str
         return None
     if red.op not in POOL_FOLD or nd < 3:
         return None
+    return (start, end, red) if _after_ok(res, conv, rest, (end, red), last) else None
+
+
+def _window_pool(res: Resolved, conv: Op, rest: list[Op], last: str
+                 ) -> tuple[int, int, Op] | None:
+    """(index, index, op) of rest's first op when it is a max or average pool of the value
+    before it whose windows tile the positions (kernel == stride, no padding, no dilation,
+    floor mode), and everything after is pointwise on its result, ending at `last`."""
+    k = next((i for i, op in enumerate(rest) if op.op in REDUCE or op.op == "pool"), None)
+    if k is None or rest[k].op != "pool":
+        return None
+    pool, nd = rest[k], len(conv.shape)
+    kernel, stride = pool.attr("kernel"), pool.attr("stride")
+    if not isinstance(kernel, tuple) or len(kernel) != nd - 2 or stride != kernel or (
+            pool.attr("kind") not in ("max", "avg") or pool.attr("divisor") is not None):
+        return None
+    if any(int(str(p)) for p in _tuple(pool.attr("padding"))) or any(
+            int(str(d)) != 1 for d in _tuple(pool.attr("dilation", (1,)))):
+        return None
+    sizes = tuple(conv.shape[:2]) + tuple(s // int(str(w)) for s, w in zip(
+        conv.shape[2:], kernel, strict=True))
+    if tuple(pool.shape) != sizes or not _reads(res, pool, _before(rest, k, conv)):
+        return None
+    return (k, k, pool) if _after_ok(res, conv, rest, (k, pool), last) else None
+
+
+def _tuple(value: object) -> tuple[object, ...]:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _after_ok(res: Resolved, conv: Op, rest: list[Op], ended: tuple[int, Op], last: str
+              ) -> bool:
+    """Everything after rest[end] is pointwise on red's result alone (then views of it),
+    ending at `last`."""
+    end, red = ended
     mine, seen = {red.name}, {o.name for o in [conv, *rest[:end]]}
     tail = rest[end + 1:]
     for i, op in enumerate(tail):
         if op.op == "view" and all(o.op == "view" for o in tail[i:]):
             if math.prod(op.shape) != math.prod(red.shape) or not any(
                     _reads(res, op, m) for m in mine):
-                return None
+                return False
         elif op.op not in TAIL_OPS or op.shape != red.shape:
-            return None
+            return False
         if any(isinstance(a, Ref) and res.target(a.name) not in mine and res.target(a.name)
                in seen for a in op.args):
-            return None
+            return False
         mine.add(op.name)
-    return (start, end, red) if last == (tail[-1].name if tail else red.name) else None
+    return last == (tail[-1].name if tail else red.name)
 
 
 def _before(rest: list[Op], k: int, conv: Op) -> str:
