@@ -200,3 +200,16 @@ def test_other_pools_stay_stages(pool: str, shape: tuple[int, ...]) -> None:
     lowered = lower_ok(task)
     assert "pool of" not in lowered.source and len(lowered.plan) == 2, lowered.plan
     check_on_sim(task)
+
+
+def test_a_grouped_conv_of_few_channels_a_group_keeps_its_tail_a_stage() -> None:
+    """Tiles of one channel would carry the tail's per-tile loads and instructions for one
+    partition's work (level 3 22's depthwise-as-groups convs: 302 ms modelled fused, 13.6
+    staged): the tail is a stage of its own."""
+    init = ("        self.conv = nn.Conv2d(8, 4, 3, stride=2, groups=4)\n"
+            "        self.bias = nn.Parameter(torch.randn(4, 1, 1))")
+    task = make_task(module_source("torch.clamp(self.conv(x) * 0.5 + self.bias, 0.0, 6.0)",
+                                   init=init), [(2, 8, 11, 12)])
+    lowered = lower_ok(task)
+    assert "def conv_tail(" not in lowered.source and len(lowered.plan) == 2, lowered.plan
+    check_on_sim(task)

@@ -51,6 +51,8 @@ from nkibot.lowering.schedule.layout import LayoutError, Resolved
 _leaf = leaf_arg
 #: The variant decision that stages a conv's tail instead (Kernel.choices).
 TAIL_DECISION = "conv tail"
+#: Output channels a group below which a grouped conv's tail, pool or fold is staged.
+TAIL_MIN_CHANNELS = 2
 
 
 def emit_conv(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
@@ -106,6 +108,13 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     fused: convpool.Fused | None = None
     if epi is not None and spec.transposed and epi.prefix:
         epi = as_tail(res, op, epi) or epi  # its activations and clamps as tail ops
+    if epi is not None and (epi.tail or epi.reduce or epi.window) and (
+            spec.groups > 1 and spec.cout_g < TAIL_MIN_CHANNELS):
+        # a tile of a few channels carries the tail's whole per-tile cost (its parameter
+        # loads, one instruction per op) for a few partitions' work: level 3 22's 1-channel
+        # groups ran 3.6M GpSimd instructions fused (302 ms modelled) against 13.6 ms staged
+        raise LayoutError(f"{epi.origins} after a conv of {spec.cout_g} output channels a group "
+                          "(staged instead: its tiles are too small to carry them)")
     if epi is not None and (epi.reduce is not None or epi.window is not None):
         if kernel.choices.get(TAIL_DECISION) == "staged":
             raise LayoutError(f"{epi.origins}: the pool or reduction staged (a variant)")
