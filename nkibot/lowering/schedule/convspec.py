@@ -116,7 +116,7 @@ def check(spec: ConvSpec, dtype: str) -> tuple[tuple[int, int], ...] | None:
     if spec.cin_g > PMAX:
         raise LayoutError(f"convolution with {spec.cin_g} input channels per group (the "
                           f"contraction is tiled up to {PMAX})")
-    room = PLANE_BUDGET // 4 - spec.cout_g * spec.taps
+    room = plane_room(spec)
     plane = math.prod(d.plane for d in spec.dims)
     if plane <= room:
         return None
@@ -135,6 +135,12 @@ def check(spec: ConvSpec, dtype: str) -> tuple[tuple[int, int], ...] | None:
     while rows + t0 <= min(d0.size_out, BAND_ROWS) and slab_rows(d0, rows + t0) * rest <= room:
         rows += t0
     return ((rows, t0),)
+
+
+def plane_room(spec: ConvSpec) -> int:
+    """Elements per partition the input plane (or a slab of it) may take beside the
+    resident weights (fp32 words of PLANE_BUDGET)."""
+    return PLANE_BUDGET // 4 - spec.cout_g * spec.taps
 
 
 def _second_band(spec: ConvSpec, room: int) -> tuple[int, int]:

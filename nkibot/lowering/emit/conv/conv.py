@@ -27,7 +27,6 @@ from nkibot.lowering.emit.conv import (
 )
 from nkibot.lowering.emit.conv.epilogue import (
     EVICT_ACT,
-    POOL_FOLD,
     Epilogue,
     as_tail,
     emit_folded_norm,
@@ -317,8 +316,8 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         first = f"{starts[0]} + s00" if banded else "s00"
         flat = convtail.flat_start([d.size_out for d in spec.dims], tiles, first) if (
             banded <= 1) else None
+        channel = f"g * {spec.cout_g} + c0" if spec.groups > 1 else "c0"
         if tail is not None:
-            channel = f"g * {spec.cout_g} + c0" if spec.groups > 1 else "c0"
             for line in tail.call([f"{v}sz" for v in sp], channel, flat):
                 blk.line(line)
         if isinstance(fused, convpool.AcrossForm):
@@ -327,7 +326,6 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
             first = f"{starts[0]} // {fused.kernel[0]} + p00" if banded else "p00"
             flat = convtail.flat_start(list(fused.pooled), list(fused.tiles), first) if (
                 banded <= 1) else None
-            channel = f"g * {spec.cout_g} + c0" if spec.groups > 1 else "c0"
             convpool.emit_window(blk, fused, sp, flat, channel)
     elif fold.rows > 1:
         convband.emit_store(blk, spec, fold, bias, index)
@@ -337,12 +335,11 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         blk.line("nisa.tensor_scalar(dst=res, data=acc, op0=nl.add, operand0=b_t)")
     else:
         blk.line("nisa.tensor_copy(dst=res, src=acc)")
-    pooled = "part" in extra
-    if pooled:
+    pooled = isinstance(fused, convpool.PoolForm)
+    if isinstance(fused, convpool.PoolForm):
         q = " * ".join(f"{v}sz" for v in sp)
-        fold_op = POOL_FOLD[epi.reduce.op] if epi is not None and epi.reduce is not None else ""
         blk.comment("the tile's partial of the global pool: one value per channel, column t")
-        blk.line(f"nisa.tensor_reduce(dst=part[0:csz, nl.ds(t, 1)], op={fold_op}, "
+        blk.line(f"nisa.tensor_reduce(dst=part[0:csz, nl.ds(t, 1)], op={fused.fold}, "
                  f"data=res.reshape((csz, {q})), axis=1)")
     elif isinstance(fused, convpool.AcrossForm):
         blk.line(f"nl.store(out_v[n, g, 0:1, {', '.join(index)}], res)")
@@ -432,4 +429,3 @@ def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: i
         _emit_matmuls(blk, spec, fold, [*ks, "0"], rows)
     if fold.ragged(i):
         _emit_matmuls(blk, spec, fold, [*ks, str(j - 1)], rows // f * (taps - (j - 1) * f))
-

@@ -23,17 +23,11 @@ import math
 from dataclasses import dataclass, replace
 
 from nkibot.lowering.emit.builder import PMAX, Block, nl_dtype
-from nkibot.lowering.emit.conv import convtail
-from nkibot.lowering.emit.conv.epilogue import POOL_FOLD, Epilogue
+from nkibot.lowering.emit.conv import convslab, convtail
+from nkibot.lowering.emit.conv.epilogue import POOL_FOLD, Epilogue, pool_kernel
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import Op
-from nkibot.lowering.schedule.convspec import (
-    NMAX,
-    PLANE_BUDGET,
-    ConvSpec,
-    out_tiles,
-    slab_rows,
-)
+from nkibot.lowering.schedule.convspec import NMAX, ConvSpec, plane_room, slab_rows
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
 
 
@@ -55,11 +49,31 @@ POOL_COLUMNS = 4096
 
 def tile_count(spec: ConvSpec) -> int:
     """Tiles of output positions (and of 128 channels) in one batch element's grid."""
-    tiles = out_tiles(spec)
-    count = -(-spec.cout_g // PMAX)
-    for d, t in zip(spec.dims, tiles, strict=True):
-        count *= -(-d.size_out // t)
-    return count
+    return convslab.band_tiles(spec, (), ())
+
+
+def _after_helper(res: Resolved, kernel: Kernel, conv: Op, value: Op, epi: Epilogue,
+                  out: Output) -> convtail.TailCall | None:
+    """The helper for the pointwise ops after `value` (a pool's or fold's result), on its
+    own frame; None when none follow."""
+    if not epi.after:
+        return None
+    last = Output(epi.after[-1].name, out.var, value.shape, out.dtype)
+    return convtail.emit_tail(res, kernel, conv, [value.name], epi.after, last,
+                              tuple(value.shape))
+
+
+def _finish(blk: Block, value: str, after: convtail.TailCall | None, args: list[str],
+            dtype: str) -> str:
+    """Lines running the helper after the fold on `value` (`args`: its batch element,
+    channel and position arguments), or casting it to the output's dtype; the result."""
+    if after is not None:
+        blk.line(f"fin = {after.fn}({', '.join([value, *after.views, *args])})")
+        return "fin"
+    if dtype != "float32":
+        blk.line(f"fin = nl.copy({value}, dtype={nl_dtype(dtype)})")
+        return "fin"
+    return value
 
 
 def pool_form(res: Resolved, kernel: Kernel, conv: Op, epi: Epilogue, out: Output) -> PoolForm:
@@ -69,11 +83,9 @@ def pool_form(res: Resolved, kernel: Kernel, conv: Op, epi: Epilogue, out: Outpu
     if epi.after and len(red.shape) < 3:
         raise LayoutError("ops after a global pool that drops its dims (keepdim=False), fused "
                           "(staged instead)")
-    last = Output(epi.after[-1].name, out.var, red.shape, out.dtype) if epi.after else out
-    after = convtail.emit_tail(res, kernel, conv, [red.name], epi.after, last,
-                               tuple(red.shape)) if epi.after else None
     what = {"rsum": "sum", "rmax": "max", "rmin": "min"}[red.op]
-    return PoolForm(POOL_FOLD[red.op], after, out.dtype, red.origin or red.op, what)
+    return PoolForm(POOL_FOLD[red.op], _after_helper(res, kernel, conv, red, epi, out),
+                    out.dtype, red.origin or red.op, what)
 
 
 def emit_partials(body: Block, spec: ConvSpec, pool: PoolForm, count: int) -> None:
@@ -94,15 +106,8 @@ def emit_fold(body: Block, spec: ConvSpec, pool: PoolForm, count: int) -> None:
     body.line(f"tot = nl.ndarray(({csz}, 1), dtype=nl.float32, buffer=nl.sbuf)")
     body.line(f"nisa.tensor_reduce(dst=tot, op={pool.fold}, data=part[0:{csz}, 0:{count}], "
               "axis=1)")
-    value = "tot"
     channel = f"g * {spec.cout_g}" if spec.groups > 1 else "0"
-    if pool.after is not None:
-        args = ", ".join(["tot", *pool.after.views, "n", channel, str(csz), "0", "1"])
-        body.line(f"fin = {pool.after.fn}({args})")
-        value = "fin"
-    elif pool.dtype != "float32":
-        body.line(f"fin = nl.copy(tot, dtype={nl_dtype(pool.dtype)})")
-        value = "fin"
+    value = _finish(body, "tot", pool.after, ["n", channel, str(csz), "0", "1"], pool.dtype)
     body.line(f"nl.store(out_v[n, g, 0:{csz}, 0:1], {value})")
 
 
@@ -125,10 +130,8 @@ def channel_form(res: Resolved, kernel: Kernel, conv: Op, epi: Epilogue,
     if epi.after and len(red.shape) != len(conv.shape):
         raise LayoutError("ops after a channel reduction that drops its dim (keepdim=False), "
                           "fused (staged instead)")
-    last = Output(epi.after[-1].name, out.var, red.shape, out.dtype) if epi.after else out
-    after = convtail.emit_tail(res, kernel, conv, [red.name], epi.after, last,
-                               tuple(red.shape)) if epi.after else None
-    return AcrossForm(POOL_FOLD[red.op], after, out.dtype, red.origin or red.op)
+    return AcrossForm(POOL_FOLD[red.op], _after_helper(res, kernel, conv, red, epi, out),
+                      out.dtype, red.origin or red.op)
 
 
 def emit_channel_fold(blk: Block, across: AcrossForm, sizes: list[str], flat: str | None
@@ -151,18 +154,11 @@ def emit_channel_fold(blk: Block, across: AcrossForm, sizes: list[str], flat: st
     blk.line(f"    nisa.nc_transpose(row_ps[0:1, nl.ds(cb * {PMAX}, w)], col)")
     blk.line(f"row = nl.ndarray((1, {q}), dtype=nl.float32, buffer=nl.sbuf)")
     blk.line("nisa.tensor_copy(dst=row, src=row_ps)")
-    value = "row"
-    if across.after is not None:
-        if across.after.indexed and flat is None:
-            raise LayoutError("a tensor of the positions' shape after a channel reduction, on "
-                              "tiles that are not whole rows (staged instead)")
-        start = flat if across.after.indexed and flat is not None else "0"
-        args = ", ".join(["row", *across.after.views, "n", "0", "1", start, q])
-        blk.line(f"fin = {across.after.fn}({args})")
-        value = "fin"
-    elif across.dtype != "float32":
-        blk.line(f"fin = nl.copy(row, dtype={nl_dtype(across.dtype)})")
-        value = "fin"
+    if across.after is not None and across.after.indexed and flat is None:
+        raise LayoutError("a tensor of the positions' shape after a channel reduction, on "
+                          "tiles that are not whole rows (staged instead)")
+    start = flat if across.after is not None and across.after.indexed and flat is not None else "0"
+    value = _finish(blk, "row", across.after, ["n", "0", "1", start, q], across.dtype)
     blk.line(f"res = {value}.reshape((1, {', '.join(sizes)}))")
 
 
@@ -189,17 +185,11 @@ def window_form(res: Resolved, kernel: Kernel, conv: Op, epi: Epilogue,
     """The fused pool's form: its pooled grid and the helper for the ops after it."""
     pool = epi.window
     assert pool is not None
-    sizes = tuple(int(str(k)) for k in _ints(pool.attr("kernel")))
+    sizes = pool_kernel(pool)
     pooled = tuple(pool.shape[2:])
-    last = Output(epi.after[-1].name, out.var, pool.shape, out.dtype) if epi.after else out
-    after = convtail.emit_tail(res, kernel, conv, [pool.name], epi.after, last,
-                               tuple(pool.shape)) if epi.after else None
     return WindowForm(str(pool.attr("kind")), sizes, pooled, window_tiles(pooled, sizes),
-                      after, out.dtype, pool.origin or pool.op)
-
-
-def _ints(value: object) -> tuple[object, ...]:
-    return value if isinstance(value, tuple) else (value,)
+                      _after_helper(res, kernel, conv, pool, epi, out), out.dtype,
+                      pool.origin or pool.op)
 
 
 def window_tiles(pooled: tuple[int, ...], kernel: tuple[int, ...]) -> tuple[int, ...]:
@@ -284,9 +274,8 @@ def window_bands(spec: ConvSpec, slab: tuple[tuple[int, int], ...], win: WindowF
     d0 = spec.dims[0]
     cut = replace(spec, dims=(replace(d0, size_out=win.pooled[0] * k0), *spec.dims[1:]))
     rows = max(k0, slab[0][0] // k0 * k0)
-    room = PLANE_BUDGET // 4 - spec.cout_g * spec.taps  # as convspec.check
     if rows > slab[0][0] and slab_rows(d0, rows) * math.prod(
-            d.plane for d in spec.dims[1:]) > room:
+            d.plane for d in spec.dims[1:]) > plane_room(spec):
         raise LayoutError("a pool window's rows do not fit a band of the plane (staged "
                           "instead)")
     return cut, ((rows, rows),)

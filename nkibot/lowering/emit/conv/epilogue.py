@@ -167,11 +167,16 @@ def _window_pool(res: Resolved, conv: Op, rest: list[Op], last: str
     if any(int(str(p)) for p in _tuple(pool.attr("padding"))) or any(
             int(str(d)) != 1 for d in _tuple(pool.attr("dilation", (1,)))):
         return None
-    sizes = tuple(conv.shape[:2]) + tuple(s // int(str(w)) for s, w in zip(
-        conv.shape[2:], kernel, strict=True))
+    sizes = tuple(conv.shape[:2]) + tuple(s // w for s, w in zip(
+        conv.shape[2:], pool_kernel(pool), strict=True))
     if tuple(pool.shape) != sizes or not _reads(res, pool, _before(rest, k, conv)):
         return None
     return (k, k, pool) if _after_ok(res, conv, rest, (k, pool), last) else None
+
+
+def pool_kernel(pool: Op) -> tuple[int, ...]:
+    """A pool op's window size per position dim."""
+    return tuple(int(str(k)) for k in _tuple(pool.attr("kernel")))
 
 
 def _tuple(value: object) -> tuple[object, ...]:
