@@ -38,6 +38,9 @@ K_OUTER_TILES = 4  # up to this many M tiles accumulate side by side (one PSUM b
 #: K elements of a transposed B's rows one DMA brings in the A-resident form (8 KiB fp32 a
 #: partition): each transfer's fixed latency is paid once per 16 blocks, not per block.
 K_CHUNK = 2048
+#: Transposed B blocks sharing one PSUM bank in the A-resident form (4 x 128 fp32 columns
+#: = 2 KiB a partition): one PSUM-to-SBUF copy per 4 blocks, not per block.
+FLIP_BLOCKS = NMAX // PMAX
 PANEL_BUDGET = SBUF_BYTES * 17 // 24  # bytes per partition a resident B panel may take (of 192 KiB)
 
 
@@ -324,17 +327,28 @@ def _emit_block_helper(kernel: Kernel, a: LeafView, b: LeafView, compute: str,
     fn = kernel.names.fresh("matmul_block")
     blk = Block(depth=1)
     if resident and b.transposed:
+        flip_fn = _emit_flip_helper(kernel, compute)
         blk.comment(f"B's rows [q, ksz] in one DMA (ksz <= {K_CHUNK}: few large transfers), "
-                    f"transposed {PMAX} columns at a time; A's blocks from its resident tile")
+                    f"transposed {FLIP_BLOCKS} blocks of {PMAX} columns to a PSUM bank; A's "
+                    "blocks from its resident tile")
         blk.line(f"b_blk = nl.load(b_v[gb, nl.ds(c0, q), nl.ds(k0, ksz)], dtype={compute})")
-        blk.line(f"for j0 in range(0, ksz, {PMAX}):")
+        blk.comment(f"groups (column, rows, blocks): whole blocks {FLIP_BLOCKS} at a time, then "
+                    "a ragged last block alone")
+        blk.line(f"full = ksz // {PMAX}")
+        blk.line(f"groups = [(j, {PMAX}, min({FLIP_BLOCKS}, full - j // {PMAX})) "
+                 f"for j in range(0, full * {PMAX}, {FLIP_BLOCKS * PMAX})]")
+        blk.line(f"groups += [(full * {PMAX}, ksz - full * {PMAX}, 1)] if ksz % {PMAX} else []")
+        blk.comment("software-pipelined: the PE transposes group i + 1 while the Vector Engine "
+                    "copies group i out of PSUM, so no matmul waits on the copy just before it")
+        blk.line(f"nxt = {flip_fn}(b_blk, q, *groups[0])")
+        blk.line("for i, (j0, w, nb) in enumerate(groups):")
         blk.indent()
-        blk.line(f"w = min({PMAX}, ksz - j0)")
-        blk.line(f"b_ps = nl.ndarray((w, q), dtype={compute}, buffer=nl.psum)")
-        blk.line("nisa.nc_transpose(b_ps, b_blk[0:q, nl.ds(j0, w)])")
-        blk.line(f"b_t = nl.ndarray((w, q), dtype={compute}, buffer=nl.sbuf)")
-        blk.line("nisa.tensor_copy(b_t, b_ps)")
-        blk.line(f"nisa.nc_matmul(acc, a_v[0:w, (k0 + j0) // {PMAX}, nl.ds(m0, p)], b_t)")
+        blk.line("b_t = nxt")
+        blk.line("if i + 1 < len(groups):")
+        blk.line(f"    nxt = {flip_fn}(b_blk, q, *groups[i + 1])")
+        blk.line("for u in range(nb):")
+        blk.line(f"    nisa.nc_matmul(acc, a_v[0:w, (k0 + j0) // {PMAX} + u, nl.ds(m0, p)], "
+                 "b_t[0:w, nl.ds(u * q, q)])")
         blk.dedent()
         kernel.helpers.append([
             f"def {fn}(acc, a_v, b_v, ga, gb, m0, p, c0, q, k0, ksz):",
@@ -368,6 +382,23 @@ def _emit_block_helper(kernel: Kernel, a: LeafView, b: LeafView, compute: str,
         '    """One K block (ksz <= 128) of the [p, q] output tile at rows m0, columns c0."""',
         *blk.lines,
     ])
+    return fn
+
+
+def _emit_flip_helper(kernel: Kernel, compute: str) -> str:
+    """The helper that transposes `nb` blocks of a B row tile into one PSUM bank and copies
+    them out with one Vector Engine instruction (a transposed B in the A-resident form)."""
+    fn = kernel.names.fresh("matmul_flip")
+    kernel.helpers.append([
+        f"def {fn}(b_blk, q, j0, w, nb):",
+        '    """Columns j0..j0 + nb * w of B\'s [q, ksz] rows as nb transposed [w, q] blocks side '
+        'by side: [w, nb * q] in SBUF."""',
+        f"    b_ps = nl.ndarray((w, nb * q), dtype={compute}, buffer=nl.psum)",
+        "    for u in range(nb):",
+        "        nisa.nc_transpose(b_ps[0:w, nl.ds(u * q, q)], b_blk[0:q, nl.ds(j0 + u * w, w)])",
+        f"    b_t = nl.ndarray((w, nb * q), dtype={compute}, buffer=nl.sbuf)",
+        "    nisa.tensor_copy(b_t, b_ps)",
+        "    return b_t"])
     return fn
 
 
