@@ -35,7 +35,7 @@ def live(queue: list[Item]) -> list[Item]:
         if (not item[4] and writes and all(a[3] for a in writes)
                 and not any(_read(read, a) for a in writes)):
             continue  # on-chip results nobody reads
-        for entries, (p0, p1, b0, b1), is_write, _ in accesses:
+        for entries, (p0, p1, b0, b1, _lat), is_write, _ in accesses:
             if is_write:
                 continue
             box = read.get(id(entries))
@@ -53,5 +53,5 @@ def _read(read: dict[int, list[int]], access: Any) -> bool:
     box = read.get(id(access[0]))
     if box is None:
         return False
-    p0, p1, b0, b1 = access[1]
+    p0, p1, b0, b1, _lat = access[1]
     return bool(box[0] < p1 and p0 < box[1] and box[2] < b1 and b0 < box[3])

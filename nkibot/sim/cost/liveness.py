@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 #: A region covering a whole allocation (partitions x bytes).
-WHOLE = (0, 1 << 30, 0, 1 << 62)
+WHOLE = (0, 1 << 30, 0, 1 << 62, None)
 
 
 class Alloc:

@@ -4,7 +4,11 @@ Each engine runs its instructions in program order (its own sequencer, ARCH1:54)
 instruction also waits for the tiles it reads to be written (RAW) and for earlier
 readers and writers of the tiles it writes (WAR/WAW), as the hardware semaphores do.
 Tiles are tracked per allocation as partition x byte ranges, so two instructions on
-disjoint slices of one tile do not wait for each other. Allocations are never reused
+disjoint slices of one tile do not wait for each other. Two strided views of one pattern
+(the same strides and extents: one loop's stores into interleaved slices of an output)
+overlap only where an element is common to both (`_lattice`), not wherever their byte
+ranges intersect: the slices of channel-major rows a conv tile stores interleave, and
+their ranges overlap, but their elements never do. Allocations are never reused
 (no WAR through a recycled buffer): the model assumes the compiler's buffering.
 """
 
@@ -31,7 +35,12 @@ ON_CHIP = M.ON_CHIP
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 _MAX_ENTRIES = 24
 _MAX_DMA_GAPS = 64
-Region = tuple[int, int, int, int]
+#: A strided view's pattern, for `_disjoint`: (((stride, extent), ...) over its dims of
+#: extent > 1, outermost first, itemsize), and the byte offset of its lowest element.
+#: None when the strides do not nest (each stride at least the span of those inside it).
+Lattice = tuple[tuple[tuple[tuple[int, int], ...], int], int] | None
+#: partitions p0..p1 and bytes b0..b1 (within a partition on chip), and the lattice
+Region = tuple[int, int, int, int, Lattice]
 #: (entries of a tile, the region accessed, is_write, the tile is on chip)
 Access = tuple[list[list[Any]], Region, bool, bool]
 
@@ -55,6 +64,39 @@ def _address(arr: np.ndarray[Any, Any]) -> int:
     `__array_interface__` (which builds a dict); this is the hook's hottest line."""
     data: int | None = _capsule(arr.__array_struct__, None).contents.data
     return data or 0
+
+
+def _lattice(arr: np.ndarray[Any, Any], first: int, off: int) -> Lattice:
+    """The pattern of `arr`'s dims from `first` on (on chip: the free dims), its first
+    element at byte `off`; None when its strides do not nest."""
+    dims = sorted(((abs(s), n) for s, n in zip(arr.strides[first:], arr.shape[first:], strict=True)
+                   if n > 1), reverse=True)
+    low = off + sum(s * (n - 1) for s, n in zip(arr.strides[first:], arr.shape[first:],
+                                                  strict=True) if s < 0 and n > 1)
+    inner = arr.itemsize
+    for s, n in reversed(dims):
+        if s < inner:
+            return None
+        inner = s * n
+    return (tuple(dims), arr.itemsize), low
+
+
+def _disjoint(a: Lattice, b: Lattice) -> bool:
+    """True when views of one pattern share no element (None: unknown, so False)."""
+    if a is None or b is None or a[0] != b[0]:
+        return False
+    dims, item = a[0]
+    return not _hits(dims, 0, b[1] - a[1], item)
+
+
+def _hits(dims: tuple[tuple[int, int], ...], i: int, d: int, item: int) -> bool:
+    """Whether some k_j in (-n_j, n_j) make |d - sum k_j s_j| < item (nested strides: at
+    each level only the two multiples of s_i around d can leave a reachable rest)."""
+    if i == len(dims):
+        return -item < d < item
+    s, n = dims[i]
+    q = d // s
+    return any(-n < k < n and _hits(dims, i + 1, d - k * s, item) for k in (q, q + 1))
 
 
 class _Tile:
@@ -81,11 +123,11 @@ class _Tile:
             row = self.row
             if shape and row and strides[0] == row:
                 p0, b0 = divmod(off, row)
-                return p0, p0 + shape[0], b0, b0 + span
-            return 0, 1 << 30, 0, 1 << 62
+                return p0, p0 + shape[0], b0, b0 + span, _lattice(arr, 1, b0)
+            return 0, 1 << 30, 0, 1 << 62, None
         if shape:
             span += (shape[0] - 1) * abs(strides[0])
-        return 0, 1, off, off + span
+        return 0, 1, off, off + span, _lattice(arr, 0, off)
 
 
 class Recorder:
@@ -286,10 +328,10 @@ class Recorder:
     @staticmethod
     def _ready(access: list[Access]) -> tuple[float, int]:
         ready, pred = 0.0, -1
-        for entries, (p0, p1, b0, b1), is_write, _ in access:
+        for entries, (p0, p1, b0, b1, lat), is_write, _ in access:
             for e in entries:
                 if (e[5] > ready and (is_write or e[4]) and e[0] < p1 and p0 < e[1]
-                        and e[2] < b1 and b0 < e[3]):
+                        and e[2] < b1 and b0 < e[3] and not _disjoint(lat, e[7][4])):
                     ready, pred = e[5], e[6]
         return ready, pred
 
@@ -298,7 +340,7 @@ class Recorder:
         """Entries: [p0, p1, b0, b1, is_write, end, instruction, region]."""
         for entries, r, is_write, _ in access:
             if is_write:
-                q0, q1, c0, c1 = r
+                q0, q1, c0, c1, _lat = r
                 entries[:] = [e for e in entries
                               if not (q0 <= e[0] and e[1] <= q1 and c0 <= e[2] and e[3] <= c1)]
             else:
@@ -308,11 +350,11 @@ class Recorder:
                             e[5], e[6] = end, idx
                         break
                 else:
-                    entries.append([*r, False, end, idx, r])
+                    entries.append([*r[:4], False, end, idx, r])
                     if len(entries) > _MAX_ENTRIES:
                         del entries[: _MAX_ENTRIES // 2]
                 continue
-            entries.append([*r, True, end, idx, r])
+            entries.append([*r[:4], True, end, idx, r])
             if len(entries) > _MAX_ENTRIES:
                 del entries[: _MAX_ENTRIES // 2]
 

@@ -327,3 +327,16 @@ def six_stages(inp, cols=6144):
         nisa.tensor_tensor(dst=f, data1=e, data2=c, op=nl.add)
         nisa.dma_copy(dst=res[i], src=f)
     return res
+
+
+@nki.jit
+def interleaved_stores(x, rows=4, same_slice=False):
+    """x [64, 4, 126] stored 8 times into row bands of a channel-major [64, 32, 126] output
+    (a conv tile's store): each band's byte range overlaps the next one's, its elements do
+    not. `same_slice`: every store writes rows 0..rows, a real write-after-write."""
+    out = nl.ndarray((64, 8 * rows, 126), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    for r in range(8):
+        r0 = 0 if same_slice else r * rows
+        nl.store(out[0:64, r0:r0 + rows, 0:126], value=t)
+    return out
