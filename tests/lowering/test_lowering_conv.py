@@ -483,6 +483,80 @@ WIDE = {
 }
 
 
+class TestTwoBankTiles:
+    """A plain conv tile spans two PSUM banks when dim 0 has more rows than one bank holds:
+    two matmul groups and two evictions, then one tail and one store (convspec.bank_rows).
+    Ragged tiles whose rows fit one bank skip the second."""
+
+    @pytest.mark.parametrize(("init", "expr", "shape"), [
+        # bias only; the last tile's second bank ragged (68 rows: 36 + 32 = 18 + 18, 18 + 14)
+        ("        self.conv = nn.Conv2d(3, 16, 3)", "self.conv(x)", (1, 3, 70, 30)),
+        # no bias: a plain copy per bank
+        ("        self.conv = nn.Conv2d(3, 16, 3, bias=False)", "self.conv(x)", (1, 3, 70, 30)),
+        # folded BatchNorm, a residual per bank, then ReLU; the last tile in one bank
+        ("        self.conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)\n"
+         "        self.bn = nn.BatchNorm2d(8)\n" + BN_STATS,
+         "torch.relu(self.bn(self.conv(x)) + x)", (1, 8, 40, 30)),
+        # a tail (HardSwish after ReLU, level 2 57) over both banks at once
+        ("        self.conv = nn.Conv2d(8, 32, 3)",
+         "F.hardswish(torch.relu(self.conv(x))) * 2.0",
+         (2, 8, 50, 20)),
+        # strided and dilated: each bank's window steps from its own first row
+        ("        self.conv = nn.Conv2d(4, 8, 3, stride=2, dilation=2)", "self.conv(x)",
+         (1, 4, 90, 40)),
+        # 3-D: banks split dim 0 (5 + 3 planes of 10 x 10)
+        ("        self.conv = nn.Conv3d(3, 8, 3)", "torch.sigmoid(self.conv(x))",
+         (1, 3, 10, 12, 12)),
+        # 1-D: two banks of 512 positions
+        ("        self.conv = nn.Conv1d(4, 8, 3)", "self.conv(x)", (2, 4, 2000)),
+    ])
+    def test_matches_torch(self, init: str, expr: str, shape: tuple[int, ...]) -> None:
+        task = make_task(module_source(expr, init=init), [shape])
+        lowered = lower_ok(task)
+        assert "acc1 = nl.ndarray(" in lowered.source and "if s0sz > h:" in lowered.source
+        assert lowered.plan == [], lowered.plan  # one group: the epilogue and tail fused
+        assert static_check(lowered.source) == []
+        check_on_sim(task)
+
+    def test_bf16(self) -> None:
+        init = "        self.conv = nn.Conv2d(3, 16, 3)"
+        src = module_source("self.conv(x.float())", init=init)
+        task = make_task(src, [(1, 3, 70, 30)], "bfloat16")
+        assert "acc1 = nl.ndarray(" in lower_ok(task).source
+        check_on_sim(task)
+
+    def test_one_bank_when_dim_0_fits_it(self) -> None:
+        init = "        self.conv = nn.Conv2d(3, 16, 3)"
+        task = make_task(module_source("self.conv(x)", init=init), [(1, 3, 12, 30)])
+        assert "acc1" not in lower_ok(task).source
+
+
+class TestFlatPlaneLoad:
+    """An unpadded plane's fold blocks load as one contiguous run a partition (the input
+    from the block's flat shift on), not one run a row: level 2 57's nine shifted copies
+    moved at a DMA efficiency of 0.80, 0.94 flat (model estimate trn1)."""
+
+    @pytest.mark.parametrize(("ctor", "shape"), [
+        ("nn.Conv2d(8, 16, 3)", (2, 8, 30, 21)),
+        ("nn.Conv2d(3, 8, (3, 5), dilation=(2, 1))", (1, 3, 17, 23)),
+        ("nn.Conv3d(3, 4, 3)", (1, 3, 6, 7, 8)),
+        ("nn.Conv1d(4, 6, 5, stride=2)", (2, 4, 41)),
+    ])
+    def test_matches_torch(self, ctor: str, shape: tuple[int, ...]) -> None:
+        task = make_task(module_source("self.conv(x)", init=f"        self.conv = {ctor}"),
+                         [shape])
+        source = lower_ok(task).source
+        assert "x_flat = x_sb.reshape(" in source and "nisa.memset(dst=x_sb" not in source
+        check_on_sim(task)
+
+    def test_a_padded_plane_keeps_its_zeroed_margins(self) -> None:
+        task = make_task(module_source("self.conv(x)",
+                                       init="        self.conv = nn.Conv2d(8, 16, 3, padding=1)"),
+                         [(2, 8, 30, 21)])
+        source = lower_ok(task).source
+        assert "x_flat" not in source and "nisa.memset(dst=x_sb" in source
+
+
 class TestWideContraction:
     @pytest.mark.parametrize("name", sorted(WIDE))
     def test_channel_chunks_match_torch(self, name: str) -> None:

@@ -117,6 +117,26 @@ def block_slices(dims: tuple[Dim, ...], placed: list[tuple[int, int, int]],
     return dst, [f"{f}:{f + c}" for f, c, _ in here], [str(c) for _, c, _ in here]
 
 
+def flat_shift(dims: tuple[Dim, ...], planes: list[int], placed: list[tuple[int, int, int]],
+               u: tuple[int, ...]) -> int | None:
+    """The element offset of block u in the flattened plane when the plane is the whole
+    input, unpadded, and the block is that input shifted left by u taps: then one run per
+    partition, input[off:] into plane[:P - off], places it (the positions it also fills,
+    past each dim's shifted edge, hold the next row's values, and no existing tap reads
+    them, as `margins` says of the same positions left unwritten). None otherwise."""
+    if any(d.up > 1 or p != (0, d.size_in, 0) or q != d.size_in
+           for d, p, q in zip(dims, placed, planes, strict=True)):
+        return None
+    off, inner = 0, 1
+    for d, p, ui in reversed(list(zip(dims, placed, u, strict=True))):
+        first, count, start = shifted(p, d, ui * d.dil)
+        if count <= 0 or start != 0:
+            return None
+        off += first * inner
+        inner *= d.size_in
+    return off
+
+
 def margins(dims: tuple[Dim, ...], planes: list[int], placed: list[tuple[int, int, int]],
             u: tuple[int, ...], band: int = -1) -> list[list[str]]:
     """The plane regions block u's input does not cover and a window of an existing tap

@@ -109,6 +109,26 @@ def out_tiles(spec: ConvSpec) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def bank_rows(spec: ConvSpec) -> int:
+    """Rows of dim 0 per PSUM bank when a plain tile should span two banks, else 0.
+
+    A tile is one matmul's output (<= 512 positions, one bank); its eviction, tail ops and
+    store each pay a fixed cost (an instruction's access overhead, a DMA's ~1.3 us latency)
+    that a 504-position tile barely amortises: level 2 57 (Conv2d 8 -> 64, 126 x 126 out)
+    spent 1,667 us where its DMA queues were busy 1,336 (model estimate trn1). Two banks a
+    tile (two matmuls, one eviction each, the rest once) halve those costs. Only when every
+    inner dim is whole in a tile and dim 0 has more rows than one bank takes."""
+    tiles = out_tiles(spec)
+    whole = all(t == d.size_out for t, d in zip(tiles[1:], spec.dims[1:], strict=True))
+    return tiles[0] if whole and tiles[0] < spec.dims[0].size_out else 0
+
+
+def tile_sizes(spec: ConvSpec, pair: int) -> tuple[int, ...]:
+    """`out_tiles`, dim 0 doubled when a tile spans two banks of `pair` rows each."""
+    tiles = out_tiles(spec)
+    return (min(2 * pair, spec.dims[0].size_out), *tiles[1:]) if pair else tiles
+
+
 def check(spec: ConvSpec, dtype: str) -> tuple[tuple[int, int], ...] | None:
     """None when the whole plane fits SBUF, else the slabs: per banded leading dim, (output
     rows per band, per tile). One banded dim when a band of dim 0 with the full extent of the

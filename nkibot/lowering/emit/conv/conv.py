@@ -41,9 +41,11 @@ from nkibot.lowering.schedule.convfold import Fold, grouped
 from nkibot.lowering.schedule.convspec import (
     PLANE_BUDGET,
     ConvSpec,
+    bank_rows,
     check,
     conv_spec,
     out_tiles,
+    tile_sizes,
 )
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
 
@@ -190,8 +192,9 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
             raise LayoutError("a global pool fused into a conv of over 128 output channels a "
                               "group (staged instead)")
         extra += ("part",)
+    banks = bank_rows(spec) if slab is None and fold.rows == 1 and fused is None else 0
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype,
-                                (slab, fold), epi, (extra, tail), fused)
+                                (slab, fold), epi, (extra, tail), fused, banks)
     pair = epi is not None and epi.norm is not None
     if slab is not None:
         bands = convslab.emit_helpers(kernel, band_spec, slab, bias is not None, tile_fn,
@@ -200,12 +203,12 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
                    (resid, extra), fused, band_spec)
     else:
         _emit_body(kernel, spec, x, w, bias, out, {(): tile_fn}, compute, None, fold, pair,
-                   (resid, extra), fused)
+                   (resid, extra), fused, banks=banks)
 
 
 def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
                     tile_fn: str, extra: tuple[str, ...] = (),
-                    fused: convpool.Fused | None = None) -> None:
+                    fused: convpool.Fused | None = None, banks: int = 0) -> None:
     """The output tiles over the loaded plane x_sb (channels x positions), then a global
     pool's fold of their partials; closes the batch and group loops the caller opened."""
     sp = _sp(spec)
@@ -216,7 +219,7 @@ def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
         pool = fused if isinstance(fused, convpool.PoolForm) else None
         fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
         axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
-            sp, spec.dims, out_tiles(spec), strict=True)]
+            sp, spec.dims, tile_sizes(spec, banks), strict=True)]
         if isinstance(fused, convpool.WindowForm):
             # the grid runs over pooled positions: a conv tile is k times as long per dim
             fields = "{c0}, {csz}, " + ", ".join(
@@ -254,9 +257,11 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
                fns: dict[tuple[int, ...], str], compute: str, slab: convslab.Slab | None,
                fold: Fold, pair: bool = False,
                reads: tuple[str | None, tuple[str, ...]] = (None, ()),
-               fused: convpool.Fused | None = None, band_spec: ConvSpec | None = None) -> None:
+               fused: convpool.Fused | None = None, band_spec: ConvSpec | None = None,
+               banks: int = 0) -> None:
     """Weights, then per batch element the plane (or its bands) and the output tiles;
-    `fns` maps each band's row counts to its helper (no bands: () to the tile helper)."""
+    `fns` maps each band's row counts to its helper (no bands: () to the tile helper);
+    `banks`: rows of dim 0 per PSUM bank when a tile spans two (`bank_rows`)."""
     body = kernel.body
     resid, extra = reads
     convload.emit_views(body, spec, x, w, bias, out, pair, convpool.out_dims(fused, spec))
@@ -281,13 +286,13 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
         convslab.emit_bands(body, band_spec or spec, slab, head, fns, fold, finish)
         return
     convload.emit_plane(body, spec, fold, compute)
-    _emit_tile_grid(body, spec, fold, bias is not None, fns[()], extra, fused)
+    _emit_tile_grid(body, spec, fold, bias is not None, fns[()], extra, fused, banks)
 
 
 def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
                       form: tuple[convslab.Slab | None, Fold], epi: Epilogue | None = None,
                       reads: tuple[tuple[str, ...], convtail.TailCall | None] = ((), None),
-                      fused: convpool.Fused | None = None) -> str:
+                      fused: convpool.Fused | None = None, banks: int = 0) -> str:
     slab, fold = form
     banded = len(slab) if slab else 0
     extra, tail = reads
@@ -295,12 +300,26 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     blk = Block(depth=1)
     sp = _sp(spec)
     sizes = ", ".join(f"{v}sz" for v in sp)
-    blk.line(f"acc = nl.ndarray((csz, {sizes}), dtype=nl.float32, buffer=nl.psum)")
-    blk.comment("tap: a shifted" + (", strided" if any(d.step > 1 for d in spec.dims) else "")
-                + " window of the plane; PSUM accumulates over the taps" + (
-                    f" ({fold.blocks} taps contract on the partitions; the last base tap of "
-                    "a ragged fold contracts only its valid blocks)" if fold.blocks > 1 else ""))
-    _emit_matmuls(blk, spec, fold, [], spec.cin_g * fold.blocks)
+    halves = _bank_halves(sp, banks)
+    note = ("tap: a shifted" + (", strided" if any(d.step > 1 for d in spec.dims) else "")
+            + " window of the plane; PSUM accumulates over the taps" + (
+                f" ({fold.blocks} taps contract on the partitions; the last base tap of "
+                "a ragged fold contracts only its valid blocks)" if fold.blocks > 1 else ""))
+    if banks:
+        blk.comment(f"two PSUM banks a tile: rows s00..s00+{banks} in acc, the rest in acc1, "
+                    "each its own matmuls and eviction; one tail and one store for both")
+        blk.line(f"h = min(s0sz, {banks})")
+    for half, (acc, span, _) in enumerate(halves):
+        shape = ", ".join([span[1], *(f"{v}sz" for v in sp[1:])])
+        if half:
+            blk.line("if s0sz > h:")
+            blk.indent()
+        blk.line(f"{acc} = nl.ndarray((csz, {shape}), dtype=nl.float32, buffer=nl.psum)")
+        if not half:
+            blk.comment(note)
+        _emit_matmuls(blk, spec, fold, [], spec.cin_g * fold.blocks, acc, span)
+        if half:
+            blk.dedent()
     blk.line(f"res = nl.ndarray((csz, {sizes}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
     starts = convslab.band_starts(banded)  # a slab's tiles are relative to its first rows
     index = [f"nl.ds({starts[i] + ' + ' if i < banded else ''}{v}0, {v}sz)"
@@ -308,8 +327,8 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     if epi is not None:
         if fold.rows > 1:
             raise LayoutError(f"{epi.origins} on a banded conv's eviction (staged instead)")
-        _emit_eviction(blk, epi, bias, index)
-        tiles = [t for _, t in slab] if slab else list(out_tiles(spec))
+        _emit_eviction(blk, epi, bias, index, halves)
+        tiles = [t for _, t in slab] if slab else list(tile_sizes(spec, banks))
         tiles += list(out_tiles(spec))[len(tiles):]
         if isinstance(fused, convpool.WindowForm):
             tiles = [t * k for t, k in zip(fused.tiles, fused.kernel, strict=True)]
@@ -332,9 +351,12 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     elif bias:
         blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
         blk.comment("bias: one value per output channel (partition)")
-        blk.line("nisa.tensor_scalar(dst=res, data=acc, op0=nl.add, operand0=b_t)")
+        for half, (acc, _, dst) in enumerate(halves):
+            _in_half(blk, half,
+                     f"nisa.tensor_scalar(dst={dst}, data={acc}, op0=nl.add, operand0=b_t)")
     else:
-        blk.line("nisa.tensor_copy(dst=res, src=acc)")
+        for half, (acc, _, dst) in enumerate(halves):
+            _in_half(blk, half, f"nisa.tensor_copy(dst={dst}, src={acc})")
     pooled = isinstance(fused, convpool.PoolForm)
     if isinstance(fused, convpool.PoolForm):
         q = " * ".join(f"{v}sz" for v in sp)
@@ -362,10 +384,30 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     return fn
 
 
-def _emit_eviction(blk: Block, epi: Epilogue, bias: bool, index: list[str]) -> None:
+def _bank_halves(sp: list[str], banks: int) -> list[tuple[str, tuple[str, str], str]]:
+    """(PSUM tile, dim 0's start and rows, the SBUF view it is evicted to) per bank of a
+    tile: one, or two when a tile spans two banks of `banks` rows (`h` of them in the
+    first; the second only when s0sz > banks)."""
+    if not banks:
+        return [("acc", ("s00", "s0sz"), "res")]
+    rest = "".join(f", 0:{v}sz" for v in sp[1:])
+    return [("acc", ("s00", "h"), f"res[0:csz, 0:h{rest}]"),
+            ("acc1", ("(s00 + h)", "(s0sz - h)"), f"res[0:csz, h:s0sz{rest}]")]
+
+
+def _in_half(blk: Block, half: int, line: str) -> None:
+    """`line` for one bank of a tile: the second bank's only when the tile has its rows."""
+    blk.line("if s0sz > h:" if half else line)
+    if half:
+        blk.line(f"    {line}")
+
+
+def _emit_eviction(blk: Block, epi: Epilogue, bias: bool, index: list[str],
+                   halves: list[tuple[str, tuple[str, str], str]]) -> None:
     """PSUM -> SBUF: the folded BatchNorm (or the bias), a residual right after it and the
     first activation in one Scalar Engine `activation` (the residual by one Vector
-    instruction before it); later steps on the SBUF tile."""
+    instruction before it), per PSUM bank of the tile (`halves`); later steps once, on the
+    SBUF tile."""
     steps = list(epi.steps)
     scale = shift = None
     if epi.norm is not None:
@@ -374,34 +416,49 @@ def _emit_eviction(blk: Block, epi: Epilogue, bias: bool, index: list[str]) -> N
     elif bias:
         blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
         shift = "b_t"
-    data = "acc"
-    if steps and steps[0].op == "add":
-        blk.line(f"r_t = nl.load(r_v[n, g, nl.ds(c0, csz), {', '.join(index)}], "
-                 "dtype=nl.float32)")
-        blk.line("y = nl.ndarray(r_t.shape, dtype=nl.float32, buffer=nl.sbuf)")
-        if scale is not None:
-            blk.comment(f"{steps[0].origin}: acc * scale + residual on the Vector Engine")
-            blk.line(f"nisa.scalar_tensor_tensor(dst=y, data=acc, op0=nl.multiply, "
-                     f"operand0={scale}, op1=nl.add, operand1=r_t)")
-        else:
-            blk.comment(f"{steps[0].origin}: acc + residual on the Vector Engine")
-            blk.line("nisa.tensor_tensor(dst=y, data1=acc, data2=r_t, op=nl.add)")
-        data, scale = "y", None
+    residual = bool(steps) and steps[0].op == "add"
+    origin = steps[0].origin if residual else ""
+    if residual:
         steps.pop(0)
     fn = "nl.copy"
     if steps and steps[0].op in EVICT_ACT:
         fn = EVICT_ACT[steps.pop(0).op]
-    args = "".join(f", {k}={v}" for k, v in (("scale", scale), ("bias", shift)) if v)
-    blk.comment(f"eviction: {fn}({data}" + (" * scale" if scale else "") + (
-        " + shift" if shift else "") + f") per output channel on the Scalar Engine ({epi.origins})")
-    blk.line(f"nisa.activation(dst=res, op={fn}, data={data}{args})")
+    for half, (acc, (start, rows), dst) in enumerate(halves):
+        if half:
+            blk.line("if s0sz > h:")
+            blk.indent()
+        data, mul = acc, scale
+        if residual:
+            at = [f"nl.ds({start}, {rows})" if len(halves) > 1 and i == 0 else ix
+                  for i, ix in enumerate(index)]
+            blk.line(f"r_t = nl.load(r_v[n, g, nl.ds(c0, csz), {', '.join(at)}], "
+                     "dtype=nl.float32)")
+            blk.line("y = nl.ndarray(r_t.shape, dtype=nl.float32, buffer=nl.sbuf)")
+            if mul is not None:
+                blk.comment(f"{origin}: acc * scale + residual on the Vector Engine")
+                blk.line(f"nisa.scalar_tensor_tensor(dst=y, data={acc}, op0=nl.multiply, "
+                         f"operand0={mul}, op1=nl.add, operand1=r_t)")
+            else:
+                blk.comment(f"{origin}: acc + residual on the Vector Engine")
+                blk.line(f"nisa.tensor_tensor(dst=y, data1={acc}, data2=r_t, op=nl.add)")
+            data, mul = "y", None
+        args = "".join(f", {k}={v}" for k, v in (("scale", mul), ("bias", shift)) if v)
+        if not half:
+            blk.comment(f"eviction: {fn}({'y' if residual else 'acc'}"
+                        + (" * scale" if mul else "") + (" + shift" if shift else "")
+                        + f") per output channel on the Scalar Engine ({epi.origins})")
+        blk.line(f"nisa.activation(dst={dst}, op={fn}, data={data}{args})")
+        if half:
+            blk.dedent()
     emit_steps(blk, steps, f"r_v[n, g, nl.ds(c0, csz), {', '.join(index)}]")
 
 
-def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: int) -> None:
+def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: int,
+                  acc: str = "acc", first: tuple[str, str] = ("s00", "s0sz")) -> None:
     """The matmul loops from dim len(ks) in: a loop over each dim's base taps; the one
     ragged dim (convfold.choose) runs its last base tap apart, on the prefix of blocks whose
-    taps exist, so no matmul reads a block past the kernel's edge."""
+    taps exist, so no matmul reads a block past the kernel's edge. Into PSUM tile `acc`,
+    over dim 0's positions `first` (start, count: one bank of a two-bank tile)."""
     i = len(ks)
     if i == len(spec.dims):
         where = [(str(j - 1 - int(k)) if k.isdigit() else f"{j - 1} - {k}")
@@ -412,10 +469,11 @@ def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: i
             shift = "" if k == "0" else (f" + {int(k) * f * d.dil}" if k.isdigit() else
                                          f" + {k} * {f * d.dil}")
             step = fold.rows if i == fold.band else d.step  # a band steps over its groups
-            start = f"{v}0 * {step}{shift}" if step > 1 else f"{v}0{shift}"
-            stop = f"({v}sz - 1) * {step} + 1:{step}" if step > 1 else f"{v}sz"
+            v0, vsz = first if i == 0 else (f"{v}0", f"{v}sz")
+            start = f"{v0} * {step}{shift}" if step > 1 else f"{v0}{shift}"
+            stop = f"({vsz} - 1) * {step} + 1:{step}" if step > 1 else vsz
             windows.append(f"{start}:{start} + {stop}")
-        blk.line(f"nisa.nc_matmul(acc, w_sb[0:{rows}, nl.ds(c0, csz), {', '.join(where)}], "
+        blk.line(f"nisa.nc_matmul({acc}, w_sb[0:{rows}, nl.ds(c0, csz), {', '.join(where)}], "
                  f"x_sb[0:{rows}, {', '.join(windows)}])")
         return
     j, f, taps = fold.outer[i], fold.sizes[i], fold.taps[i]
@@ -423,9 +481,10 @@ def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: i
     if full > 1:
         blk.line(f"for k{i} in nl.affine_range({full}):")
         blk.indent()
-        _emit_matmuls(blk, spec, fold, [*ks, f"k{i}"], rows)
+        _emit_matmuls(blk, spec, fold, [*ks, f"k{i}"], rows, acc, first)
         blk.dedent()
     elif full == 1:
-        _emit_matmuls(blk, spec, fold, [*ks, "0"], rows)
+        _emit_matmuls(blk, spec, fold, [*ks, "0"], rows, acc, first)
     if fold.ragged(i):
-        _emit_matmuls(blk, spec, fold, [*ks, str(j - 1)], rows // f * (taps - (j - 1) * f))
+        _emit_matmuls(blk, spec, fold, [*ks, str(j - 1)], rows // f * (taps - (j - 1) * f),
+                      acc, first)

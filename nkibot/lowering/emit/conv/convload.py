@@ -5,6 +5,8 @@ output phase.
 
 from __future__ import annotations
 
+import math
+
 from nkibot.lowering.emit.builder import Block
 from nkibot.lowering.emit.rowwise import Output
 from nkibot.lowering.schedule import convfold
@@ -65,6 +67,20 @@ def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
     body.line(f"x_sb = nl.ndarray(({cin_g * fold.blocks}, {', '.join(map(str, planes))}), "
               f"dtype={compute}, buffer=nl.sbuf)")
     placed = [d.placed() for d in spec.dims]
+    shifts = [convfold.flat_shift(spec.dims, planes, placed, u) for u in fold.offsets()]
+    if fold.blocks > 1 and fold.rows == 1 and all(f is not None for f in shifts) and not any(
+            convfold.margins(spec.dims, planes, placed, u, fold.band) for u in fold.offsets()):
+        size = math.prod(planes)
+        body.comment("each block one contiguous run a partition: the flat input from the "
+                     "block's shift on (the positions past a row's shifted edge take the next "
+                     "row's values; no tap reads them)")
+        body.line(f"x_flat = x_sb.reshape(({cin_g * fold.blocks}, {size}))")
+        body.line(f"x_f = x_v.reshape(({spec.batch}, {spec.groups}, {cin_g}, {size}))")
+        for b, off in enumerate(shifts):
+            assert off is not None
+            body.line(f"nisa.dma_copy(dst=x_flat[{b * cin_g}:{(b + 1) * cin_g}, 0:{size - off}], "
+                      f"src=x_f[n, g, 0:{cin_g}, {off}:{size}])")
+        return
     for b, u in enumerate(fold.offsets()):
         part = f"{b * cin_g}:{(b + 1) * cin_g}"
         for region in convfold.margins(spec.dims, planes, placed, u, fold.band):
