@@ -378,11 +378,12 @@ class TestConvTail:
         check_on_sim(task)
 
     def test_a_residual_on_partial_rows_is_staged(self) -> None:
-        """A full-shape tensor in the tail needs tiles of whole rows: output rows of 600
-        positions are split across tiles, so the tail falls back to a stage."""
+        """A full-shape tensor in the tail needs tiles of whole rows: output rows of 1200
+        positions are split across tiles (two banks hold 1024), so the tail falls back to
+        a stage."""
         init = "        self.conv = nn.Conv2d(2, 3, 3)"
         task = make_task(module_source("torch.relu(self.conv(x)) * y", args="x, y", init=init),
-                         [(1, 2, 3, 602), (1, 3, 1, 600)])
+                         [(1, 2, 3, 1202), (1, 3, 1, 1200)])
         lowered = lower_ok(task)
         assert len(lowered.plan) == 2, lowered.plan
         check_on_sim(task)
@@ -516,6 +517,16 @@ class TestTwoBankTiles:
         assert "acc1 = nl.ndarray(" in lowered.source and "if s0sz > h:" in lowered.source
         assert lowered.plan == [], lowered.plan  # one group: the epilogue and tail fused
         assert static_check(lowered.source) == []
+        check_on_sim(task)
+
+    def test_a_row_over_one_bank_is_split_between_two(self) -> None:
+        """Output rows of 600 positions (over one bank's 512): the tile splits dim 1
+        between two banks and holds whole rows, so a full-shape tensor in the tail fuses."""
+        init = "        self.conv = nn.Conv2d(2, 3, 3)"
+        task = make_task(module_source("torch.relu(self.conv(x)) * y", args="x, y", init=init),
+                         [(1, 2, 5, 602), (1, 3, 3, 600)])
+        lowered = lower_ok(task)
+        assert lowered.plan == [] and "if s1sz > h:" in lowered.source
         check_on_sim(task)
 
     def test_bf16(self) -> None:

@@ -26,6 +26,8 @@ from nkibot.verify.reference import compute_reference
 from nkibot.verify.sandbox import Confinement, python_module_argv, run_sandboxed
 
 WARM = "warm: forked from the conversion's torch sandbox"
+#: Seconds a loaded host may add between the test's clock and the run's own start.
+SCHEDULING_S = 3.0
 
 PROBE = '''
 import json as _json, os as _os, sys as _sys
@@ -170,7 +172,10 @@ class TestWarmRuns:
         began = time.monotonic()
         _, outcome = describe(hang, timeout_s=3)
         assert outcome.timed_out and not outcome.ok
-        assert time.monotonic() - began < 3 + zygote.GRACE_S
+        # the deadline is the run's start + 3 s + GRACE_S; `began` is taken before the
+        # request is sent, so a loaded host (CI beside a suite run: 8.9 s measured) needs a
+        # margin for the hand-off. The hang itself is 120 s.
+        assert time.monotonic() - began < 3 + zygote.GRACE_S + SCHEDULING_S
         reply, after = describe(probe(folder, ""))
         assert WARM in after.isolation and reply is not None and reply["ok"]
 

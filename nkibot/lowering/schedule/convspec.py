@@ -109,24 +109,36 @@ def out_tiles(spec: ConvSpec) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def bank_rows(spec: ConvSpec) -> int:
-    """Rows of dim 0 per PSUM bank when a plain tile should span two banks, else 0.
+#: A tile that spans two PSUM banks: (the dim split between them, its rows per bank).
+Banks = tuple[int, int]
+
+
+def bank_split(spec: ConvSpec) -> Banks | None:
+    """Where a plain tile should span two PSUM banks, else None.
 
     A tile is one matmul's output (<= 512 positions, one bank); its eviction, tail ops and
     store each pay a fixed cost (an instruction's access overhead, a DMA's ~1.3 us latency)
     that a 504-position tile barely amortises: level 2 57 (Conv2d 8 -> 64, 126 x 126 out)
     spent 1,667 us where its DMA queues were busy 1,336 (model estimate trn1). Two banks a
-    tile (two matmuls, one eviction each, the rest once) halve those costs. Only when every
-    inner dim is whole in a tile and dim 0 has more rows than one bank takes."""
+    tile (two matmuls, one eviction each, the rest once) halve those costs. The split dim
+    is the one a tile covers in part (`out_tiles` fills the inner dims whole first); none
+    when a tile already covers the whole output."""
     tiles = out_tiles(spec)
-    whole = all(t == d.size_out for t, d in zip(tiles[1:], spec.dims[1:], strict=True))
-    return tiles[0] if whole and tiles[0] < spec.dims[0].size_out else 0
+    partial = [k for k, (t, d) in enumerate(zip(tiles, spec.dims, strict=True))
+               if t < d.size_out]
+    if not partial:
+        return None
+    k = partial[-1]
+    return k, tiles[k]
 
 
-def tile_sizes(spec: ConvSpec, pair: int) -> tuple[int, ...]:
-    """`out_tiles`, dim 0 doubled when a tile spans two banks of `pair` rows each."""
+def tile_sizes(spec: ConvSpec, banks: Banks | None) -> tuple[int, ...]:
+    """`out_tiles`, the split dim doubled when a tile spans two banks."""
     tiles = out_tiles(spec)
-    return (min(2 * pair, spec.dims[0].size_out), *tiles[1:]) if pair else tiles
+    if banks is None:
+        return tiles
+    k, rows = banks
+    return (*tiles[:k], min(2 * rows, spec.dims[k].size_out), *tiles[k + 1:])
 
 
 def check(spec: ConvSpec, dtype: str) -> tuple[tuple[int, int], ...] | None:

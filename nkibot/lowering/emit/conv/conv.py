@@ -41,7 +41,8 @@ from nkibot.lowering.schedule.convfold import Fold, grouped
 from nkibot.lowering.schedule.convspec import (
     PLANE_BUDGET,
     ConvSpec,
-    bank_rows,
+    Banks,
+    bank_split,
     check,
     conv_spec,
     out_tiles,
@@ -192,7 +193,7 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
             raise LayoutError("a global pool fused into a conv of over 128 output channels a "
                               "group (staged instead)")
         extra += ("part",)
-    banks = bank_rows(spec) if slab is None and fold.rows == 1 and fused is None else 0
+    banks = bank_split(spec) if slab is None and fold.rows == 1 and fused is None else None
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype,
                                 (slab, fold), epi, (extra, tail), fused, banks)
     pair = epi is not None and epi.norm is not None
@@ -208,7 +209,7 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
 
 def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
                     tile_fn: str, extra: tuple[str, ...] = (),
-                    fused: convpool.Fused | None = None, banks: int = 0) -> None:
+                    fused: convpool.Fused | None = None, banks: Banks | None = None) -> None:
     """The output tiles over the loaded plane x_sb (channels x positions), then a global
     pool's fold of their partials; closes the batch and group loops the caller opened."""
     sp = _sp(spec)
@@ -258,10 +259,11 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
                fold: Fold, pair: bool = False,
                reads: tuple[str | None, tuple[str, ...]] = (None, ()),
                fused: convpool.Fused | None = None, band_spec: ConvSpec | None = None,
-               banks: int = 0) -> None:
+               banks: Banks | None = None) -> None:
     """Weights, then per batch element the plane (or its bands) and the output tiles;
     `fns` maps each band's row counts to its helper (no bands: () to the tile helper);
-    `banks`: rows of dim 0 per PSUM bank when a tile spans two (`bank_rows`)."""
+    `banks`: the dim a tile splits between two PSUM banks and its rows a bank
+    (`bank_split`), None for one bank."""
     body = kernel.body
     resid, extra = reads
     convload.emit_views(body, spec, x, w, bias, out, pair, convpool.out_dims(fused, spec))
@@ -292,7 +294,7 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
 def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str,
                       form: tuple[convslab.Slab | None, Fold], epi: Epilogue | None = None,
                       reads: tuple[tuple[str, ...], convtail.TailCall | None] = ((), None),
-                      fused: convpool.Fused | None = None, banks: int = 0) -> str:
+                      fused: convpool.Fused | None = None, banks: Banks | None = None) -> str:
     slab, fold = form
     banded = len(slab) if slab else 0
     extra, tail = reads
@@ -305,14 +307,17 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
             + " window of the plane; PSUM accumulates over the taps" + (
                 f" ({fold.blocks} taps contract on the partitions; the last base tap of "
                 "a ragged fold contracts only its valid blocks)" if fold.blocks > 1 else ""))
-    if banks:
-        blk.comment(f"two PSUM banks a tile: rows s00..s00+{banks} in acc, the rest in acc1, "
-                    "each its own matmuls and eviction; one tail and one store for both")
-        blk.line(f"h = min(s0sz, {banks})")
+    if banks is not None:
+        k, rows = banks
+        blk.comment(f"two PSUM banks a tile: rows s{k}0..s{k}0+{rows} of dim {k} in acc, the "
+                    "rest in acc1, each its own matmuls and eviction; one tail and one store "
+                    "for both")
+        blk.line(f"h = min(s{k}sz, {rows})")
     for half, (acc, span, _) in enumerate(halves):
-        shape = ", ".join([span[1], *(f"{v}sz" for v in sp[1:])])
+        shape = ", ".join(span[2] if banks is not None and i == banks[0] else f"{v}sz"
+                          for i, v in enumerate(sp))
         if half:
-            blk.line("if s0sz > h:")
+            blk.line(_second_bank(banks))
             blk.indent()
         blk.line(f"{acc} = nl.ndarray((csz, {shape}), dtype=nl.float32, buffer=nl.psum)")
         if not half:
@@ -352,11 +357,11 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
         blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
         blk.comment("bias: one value per output channel (partition)")
         for half, (acc, _, dst) in enumerate(halves):
-            _in_half(blk, half,
+            _in_half(blk, half, banks,
                      f"nisa.tensor_scalar(dst={dst}, data={acc}, op0=nl.add, operand0=b_t)")
     else:
         for half, (acc, _, dst) in enumerate(halves):
-            _in_half(blk, half, f"nisa.tensor_copy(dst={dst}, src={acc})")
+            _in_half(blk, half, banks, f"nisa.tensor_copy(dst={dst}, src={acc})")
     pooled = isinstance(fused, convpool.PoolForm)
     if isinstance(fused, convpool.PoolForm):
         q = " * ".join(f"{v}sz" for v in sp)
@@ -384,26 +389,40 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     return fn
 
 
-def _bank_halves(sp: list[str], banks: int) -> list[tuple[str, tuple[str, str], str]]:
-    """(PSUM tile, dim 0's start and rows, the SBUF view it is evicted to) per bank of a
-    tile: one, or two when a tile spans two banks of `banks` rows (`h` of them in the
-    first; the second only when s0sz > banks)."""
-    if not banks:
-        return [("acc", ("s00", "s0sz"), "res")]
-    rest = "".join(f", 0:{v}sz" for v in sp[1:])
-    return [("acc", ("s00", "h"), f"res[0:csz, 0:h{rest}]"),
-            ("acc1", ("(s00 + h)", "(s0sz - h)"), f"res[0:csz, h:s0sz{rest}]")]
+Half = tuple[str, tuple[int, str, str], str]
 
 
-def _in_half(blk: Block, half: int, line: str) -> None:
+def _bank_halves(sp: list[str], banks: Banks | None) -> list[Half]:
+    """(PSUM tile, (the split dim, its start, its rows), the SBUF view it is evicted to) per
+    bank of a tile: one, or two when a tile spans two banks (`h` rows of the split dim in
+    the first; the second only when the tile has more)."""
+    if banks is None:
+        return [("acc", (0, "s00", "s0sz"), "res")]
+    k = banks[0]
+    v = sp[k]
+
+    def view(rows: str) -> str:
+        return "res[0:csz, " + ", ".join(rows if i == k else f"0:{u}sz"
+                                         for i, u in enumerate(sp)) + "]"
+
+    return [("acc", (k, f"{v}0", "h"), view("0:h")),
+            ("acc1", (k, f"({v}0 + h)", f"({v}sz - h)"), view(f"h:{v}sz"))]
+
+
+def _second_bank(banks: Banks | None) -> str:
+    assert banks is not None
+    return f"if s{banks[0]}sz > h:"
+
+
+def _in_half(blk: Block, half: int, banks: Banks | None, line: str) -> None:
     """`line` for one bank of a tile: the second bank's only when the tile has its rows."""
-    blk.line("if s0sz > h:" if half else line)
+    blk.line(_second_bank(banks) if half else line)
     if half:
         blk.line(f"    {line}")
 
 
 def _emit_eviction(blk: Block, epi: Epilogue, bias: bool, index: list[str],
-                   halves: list[tuple[str, tuple[str, str], str]]) -> None:
+                   halves: list[Half]) -> None:
     """PSUM -> SBUF: the folded BatchNorm (or the bias), a residual right after it and the
     first activation in one Scalar Engine `activation` (the residual by one Vector
     instruction before it), per PSUM bank of the tile (`halves`); later steps once, on the
@@ -423,13 +442,13 @@ def _emit_eviction(blk: Block, epi: Epilogue, bias: bool, index: list[str],
     fn = "nl.copy"
     if steps and steps[0].op in EVICT_ACT:
         fn = EVICT_ACT[steps.pop(0).op]
-    for half, (acc, (start, rows), dst) in enumerate(halves):
+    for half, (acc, (k, start, rows), dst) in enumerate(halves):
         if half:
-            blk.line("if s0sz > h:")
+            blk.line(f"if s{k}sz > h:")
             blk.indent()
         data, mul = acc, scale
         if residual:
-            at = [f"nl.ds({start}, {rows})" if len(halves) > 1 and i == 0 else ix
+            at = [f"nl.ds({start}, {rows})" if len(halves) > 1 and i == k else ix
                   for i, ix in enumerate(index)]
             blk.line(f"r_t = nl.load(r_v[n, g, nl.ds(c0, csz), {', '.join(at)}], "
                      "dtype=nl.float32)")
@@ -454,11 +473,11 @@ def _emit_eviction(blk: Block, epi: Epilogue, bias: bool, index: list[str],
 
 
 def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: int,
-                  acc: str = "acc", first: tuple[str, str] = ("s00", "s0sz")) -> None:
+                  acc: str = "acc", span: tuple[int, str, str] = (0, "s00", "s0sz")) -> None:
     """The matmul loops from dim len(ks) in: a loop over each dim's base taps; the one
     ragged dim (convfold.choose) runs its last base tap apart, on the prefix of blocks whose
     taps exist, so no matmul reads a block past the kernel's edge. Into PSUM tile `acc`,
-    over dim 0's positions `first` (start, count: one bank of a two-bank tile)."""
+    over `span`'s positions of its dim (dim, start, count: one bank of a two-bank tile)."""
     i = len(ks)
     if i == len(spec.dims):
         where = [(str(j - 1 - int(k)) if k.isdigit() else f"{j - 1} - {k}")
@@ -469,7 +488,7 @@ def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: i
             shift = "" if k == "0" else (f" + {int(k) * f * d.dil}" if k.isdigit() else
                                          f" + {k} * {f * d.dil}")
             step = fold.rows if i == fold.band else d.step  # a band steps over its groups
-            v0, vsz = first if i == 0 else (f"{v}0", f"{v}sz")
+            v0, vsz = span[1:] if i == span[0] else (f"{v}0", f"{v}sz")
             start = f"{v0} * {step}{shift}" if step > 1 else f"{v0}{shift}"
             stop = f"({vsz} - 1) * {step} + 1:{step}" if step > 1 else vsz
             windows.append(f"{start}:{start} + {stop}")
@@ -481,10 +500,10 @@ def _emit_matmuls(blk: Block, spec: ConvSpec, fold: Fold, ks: list[str], rows: i
     if full > 1:
         blk.line(f"for k{i} in nl.affine_range({full}):")
         blk.indent()
-        _emit_matmuls(blk, spec, fold, [*ks, f"k{i}"], rows, acc, first)
+        _emit_matmuls(blk, spec, fold, [*ks, f"k{i}"], rows, acc, span)
         blk.dedent()
     elif full == 1:
-        _emit_matmuls(blk, spec, fold, [*ks, "0"], rows, acc, first)
+        _emit_matmuls(blk, spec, fold, [*ks, "0"], rows, acc, span)
     if fold.ragged(i):
         _emit_matmuls(blk, spec, fold, [*ks, str(j - 1)], rows // f * (taps - (j - 1) * f),
-                      acc, first)
+                      acc, span)
