@@ -40,8 +40,8 @@ from nkibot.lowering.schedule import bandfold, convfold, phasefold
 from nkibot.lowering.schedule.convfold import Fold, grouped
 from nkibot.lowering.schedule.convspec import (
     PLANE_BUDGET,
-    ConvSpec,
     Banks,
+    ConvSpec,
     bank_split,
     check,
     conv_spec,
