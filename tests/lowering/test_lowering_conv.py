@@ -116,7 +116,11 @@ CONVS = {
 
 
 def conv_task(name: str, dtype: str = "float32"):
-    ctor, shape = CONVS[name]
+    return ctor_task(*CONVS[name], dtype)
+
+
+def ctor_task(ctor: str, shape: tuple[int, ...], dtype: str = "float32"):
+    """`self.conv = ctor` applied to one input of `shape`."""
     # bf16 activations meet the module's fp32 weights through an explicit upcast
     expr = "self.conv(x)" if dtype == "float32" else "self.conv(x.float())"
     src = module_source(expr, init=f"        self.conv = {ctor}")
@@ -485,9 +489,9 @@ WIDE = {
 
 
 class TestTwoBankTiles:
-    """A plain conv tile spans two PSUM banks when dim 0 has more rows than one bank holds:
-    two matmul groups and two evictions, then one tail and one store (convspec.bank_rows).
-    Ragged tiles whose rows fit one bank skip the second."""
+    """A plain conv tile that covers part of the output spans two PSUM banks, split along
+    the dim it covers in part: two matmul groups and two evictions, then one tail and one
+    store (convspec.bank_split). Ragged tiles whose rows fit one bank skip the second."""
 
     @pytest.mark.parametrize(("init", "expr", "shape"), [
         # bias only; the last tile's second bank ragged (68 rows: 36 + 32 = 18 + 18, 18 + 14)
@@ -530,15 +534,12 @@ class TestTwoBankTiles:
         check_on_sim(task)
 
     def test_bf16(self) -> None:
-        init = "        self.conv = nn.Conv2d(3, 16, 3)"
-        src = module_source("self.conv(x.float())", init=init)
-        task = make_task(src, [(1, 3, 70, 30)], "bfloat16")
+        task = ctor_task("nn.Conv2d(3, 16, 3)", (1, 3, 70, 30), "bfloat16")
         assert "acc1 = nl.ndarray(" in lower_ok(task).source
         check_on_sim(task)
 
     def test_one_bank_when_dim_0_fits_it(self) -> None:
-        init = "        self.conv = nn.Conv2d(3, 16, 3)"
-        task = make_task(module_source("self.conv(x)", init=init), [(1, 3, 12, 30)])
+        task = ctor_task("nn.Conv2d(3, 16, 3)", (1, 3, 12, 30))
         assert "acc1" not in lower_ok(task).source
 
 
@@ -554,17 +555,13 @@ class TestFlatPlaneLoad:
         ("nn.Conv1d(4, 6, 5, stride=2)", (2, 4, 41)),
     ])
     def test_matches_torch(self, ctor: str, shape: tuple[int, ...]) -> None:
-        task = make_task(module_source("self.conv(x)", init=f"        self.conv = {ctor}"),
-                         [shape])
+        task = ctor_task(ctor, shape)
         source = lower_ok(task).source
         assert "x_flat = x_sb.reshape(" in source and "nisa.memset(dst=x_sb" not in source
         check_on_sim(task)
 
     def test_a_padded_plane_keeps_its_zeroed_margins(self) -> None:
-        task = make_task(module_source("self.conv(x)",
-                                       init="        self.conv = nn.Conv2d(8, 16, 3, padding=1)"),
-                         [(2, 8, 30, 21)])
-        source = lower_ok(task).source
+        source = lower_ok(ctor_task("nn.Conv2d(8, 16, 3, padding=1)", (2, 8, 30, 21))).source
         assert "x_flat" not in source and "nisa.memset(dst=x_sb" in source
 
 

@@ -6,7 +6,7 @@ readers and writers of the tiles it writes (WAR/WAW), as the hardware semaphores
 Tiles are tracked per allocation as partition x byte ranges, so two instructions on
 disjoint slices of one tile do not wait for each other. Two strided views of one pattern
 (the same strides and extents: one loop's stores into interleaved slices of an output)
-overlap only where an element is common to both (`_lattice`), not wherever their byte
+overlap only where an element is common to both (`_disjoint`), not wherever their byte
 ranges intersect: the slices of channel-major rows a conv tile stores interleave, and
 their ranges overlap, but their elements never do. Allocations are never reused
 (no WAR through a recycled buffer): the model assumes the compiler's buffering.
@@ -69,10 +69,10 @@ def _address(arr: np.ndarray[Any, Any]) -> int:
 def _lattice(arr: np.ndarray[Any, Any], first: int, off: int) -> Lattice:
     """The pattern of `arr`'s dims from `first` on (on chip: the free dims), its first
     element at byte `off`; None when its strides do not nest."""
-    dims = sorted(((abs(s), n) for s, n in zip(arr.strides[first:], arr.shape[first:], strict=True)
-                   if n > 1), reverse=True)
-    low = off + sum(s * (n - 1) for s, n in zip(arr.strides[first:], arr.shape[first:],
-                                                  strict=True) if s < 0 and n > 1)
+    moving = [(s, n) for s, n in zip(arr.strides[first:], arr.shape[first:], strict=True)
+              if n > 1]
+    dims = sorted(((abs(s), n) for s, n in moving), reverse=True)
+    low = off + sum(s * (n - 1) for s, n in moving if s < 0)  # a reversed dim's lowest end
     inner = arr.itemsize
     for s, n in reversed(dims):
         if s < inner:

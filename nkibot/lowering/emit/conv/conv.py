@@ -15,6 +15,9 @@ and output tiles; the input plane is loaded once per batch element.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.lowering.emit.conv import (
     convband,
@@ -313,18 +316,13 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
                     "rest in acc1, each its own matmuls and eviction; one tail and one store "
                     "for both")
         blk.line(f"h = min(s{k}sz, {rows})")
-    for half, (acc, span, _) in enumerate(halves):
-        shape = ", ".join(span[2] if banks is not None and i == banks[0] else f"{v}sz"
-                          for i, v in enumerate(sp))
-        if half:
-            blk.line(_second_bank(banks))
-            blk.indent()
-        blk.line(f"{acc} = nl.ndarray((csz, {shape}), dtype=nl.float32, buffer=nl.psum)")
-        if not half:
-            blk.comment(note)
-        _emit_matmuls(blk, spec, fold, [], spec.cin_g * fold.blocks, acc, span)
-        if half:
-            blk.dedent()
+    for acc, span, _, guard in halves:
+        shape = ", ".join(span[2] if i == span[0] else f"{v}sz" for i, v in enumerate(sp))
+        with _bank(blk, guard):
+            blk.line(f"{acc} = nl.ndarray((csz, {shape}), dtype=nl.float32, buffer=nl.psum)")
+            if not guard:
+                blk.comment(note)
+            _emit_matmuls(blk, spec, fold, [], spec.cin_g * fold.blocks, acc, span)
     blk.line(f"res = nl.ndarray((csz, {sizes}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
     starts = convslab.band_starts(banded)  # a slab's tiles are relative to its first rows
     index = [f"nl.ds({starts[i] + ' + ' if i < banded else ''}{v}0, {v}sz)"
@@ -356,12 +354,13 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     elif bias:
         blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
         blk.comment("bias: one value per output channel (partition)")
-        for half, (acc, _, dst) in enumerate(halves):
-            _in_half(blk, half, banks,
-                     f"nisa.tensor_scalar(dst={dst}, data={acc}, op0=nl.add, operand0=b_t)")
+        for acc, _, dst, guard in halves:
+            with _bank(blk, guard):
+                blk.line(f"nisa.tensor_scalar(dst={dst}, data={acc}, op0=nl.add, operand0=b_t)")
     else:
-        for half, (acc, _, dst) in enumerate(halves):
-            _in_half(blk, half, banks, f"nisa.tensor_copy(dst={dst}, src={acc})")
+        for acc, _, dst, guard in halves:
+            with _bank(blk, guard):
+                blk.line(f"nisa.tensor_copy(dst={dst}, src={acc})")
     pooled = isinstance(fused, convpool.PoolForm)
     if isinstance(fused, convpool.PoolForm):
         q = " * ".join(f"{v}sz" for v in sp)
@@ -389,15 +388,16 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     return fn
 
 
-Half = tuple[str, tuple[int, str, str], str]
+#: One PSUM bank of a tile: its PSUM tile, (the split dim, its start, its rows), the SBUF
+#: view it is evicted to, and the condition the bank's code runs under ("": always).
+Half = tuple[str, tuple[int, str, str], str, str]
 
 
 def _bank_halves(sp: list[str], banks: Banks | None) -> list[Half]:
-    """(PSUM tile, (the split dim, its start, its rows), the SBUF view it is evicted to) per
-    bank of a tile: one, or two when a tile spans two banks (`h` rows of the split dim in
+    """The banks of a tile: one, or two when a tile spans two (`h` rows of the split dim in
     the first; the second only when the tile has more)."""
     if banks is None:
-        return [("acc", (0, "s00", "s0sz"), "res")]
+        return [("acc", (0, "s00", "s0sz"), "res", "")]
     k = banks[0]
     v = sp[k]
 
@@ -405,20 +405,19 @@ def _bank_halves(sp: list[str], banks: Banks | None) -> list[Half]:
         return "res[0:csz, " + ", ".join(rows if i == k else f"0:{u}sz"
                                          for i, u in enumerate(sp)) + "]"
 
-    return [("acc", (k, f"{v}0", "h"), view("0:h")),
-            ("acc1", (k, f"({v}0 + h)", f"({v}sz - h)"), view(f"h:{v}sz"))]
+    return [("acc", (k, f"{v}0", "h"), view("0:h"), ""),
+            ("acc1", (k, f"({v}0 + h)", f"({v}sz - h)"), view(f"h:{v}sz"), f"if {v}sz > h:")]
 
 
-def _second_bank(banks: Banks | None) -> str:
-    assert banks is not None
-    return f"if s{banks[0]}sz > h:"
-
-
-def _in_half(blk: Block, half: int, banks: Banks | None, line: str) -> None:
-    """`line` for one bank of a tile: the second bank's only when the tile has its rows."""
-    blk.line(_second_bank(banks) if half else line)
-    if half:
-        blk.line(f"    {line}")
+@contextmanager
+def _bank(blk: Block, guard: str) -> Iterator[None]:
+    """The lines written inside run under the bank's `guard` (none for the first bank)."""
+    if guard:
+        blk.line(guard)
+        blk.indent()
+    yield
+    if guard:
+        blk.dedent()
 
 
 def _emit_eviction(blk: Block, epi: Epilogue, bias: bool, index: list[str],
@@ -442,33 +441,29 @@ def _emit_eviction(blk: Block, epi: Epilogue, bias: bool, index: list[str],
     fn = "nl.copy"
     if steps and steps[0].op in EVICT_ACT:
         fn = EVICT_ACT[steps.pop(0).op]
-    for half, (acc, (k, start, rows), dst) in enumerate(halves):
-        if half:
-            blk.line(f"if s{k}sz > h:")
-            blk.indent()
-        data, mul = acc, scale
-        if residual:
-            at = [f"nl.ds({start}, {rows})" if len(halves) > 1 and i == k else ix
-                  for i, ix in enumerate(index)]
-            blk.line(f"r_t = nl.load(r_v[n, g, nl.ds(c0, csz), {', '.join(at)}], "
-                     "dtype=nl.float32)")
-            blk.line("y = nl.ndarray(r_t.shape, dtype=nl.float32, buffer=nl.sbuf)")
-            if mul is not None:
-                blk.comment(f"{origin}: acc * scale + residual on the Vector Engine")
-                blk.line(f"nisa.scalar_tensor_tensor(dst=y, data={acc}, op0=nl.multiply, "
-                         f"operand0={mul}, op1=nl.add, operand1=r_t)")
-            else:
-                blk.comment(f"{origin}: acc + residual on the Vector Engine")
-                blk.line(f"nisa.tensor_tensor(dst=y, data1={acc}, data2=r_t, op=nl.add)")
-            data, mul = "y", None
-        args = "".join(f", {k}={v}" for k, v in (("scale", mul), ("bias", shift)) if v)
-        if not half:
-            blk.comment(f"eviction: {fn}({'y' if residual else 'acc'}"
-                        + (" * scale" if mul else "") + (" + shift" if shift else "")
-                        + f") per output channel on the Scalar Engine ({epi.origins})")
-        blk.line(f"nisa.activation(dst={dst}, op={fn}, data={data}{args})")
-        if half:
-            blk.dedent()
+    for acc, (k, start, rows), dst, guard in halves:
+        with _bank(blk, guard):
+            data, mul = acc, scale
+            if residual:
+                at = [f"nl.ds({start}, {rows})" if len(halves) > 1 and i == k else ix
+                      for i, ix in enumerate(index)]
+                blk.line(f"r_t = nl.load(r_v[n, g, nl.ds(c0, csz), {', '.join(at)}], "
+                         "dtype=nl.float32)")
+                blk.line("y = nl.ndarray(r_t.shape, dtype=nl.float32, buffer=nl.sbuf)")
+                if mul is not None:
+                    blk.comment(f"{origin}: acc * scale + residual on the Vector Engine")
+                    blk.line(f"nisa.scalar_tensor_tensor(dst=y, data={acc}, op0=nl.multiply, "
+                             f"operand0={mul}, op1=nl.add, operand1=r_t)")
+                else:
+                    blk.comment(f"{origin}: acc + residual on the Vector Engine")
+                    blk.line(f"nisa.tensor_tensor(dst=y, data1={acc}, data2=r_t, op=nl.add)")
+                data, mul = "y", None
+            args = "".join(f", {a}={v}" for a, v in (("scale", mul), ("bias", shift)) if v)
+            if not guard:
+                blk.comment(f"eviction: {fn}({'y' if residual else 'acc'}"
+                            + (" * scale" if mul else "") + (" + shift" if shift else "")
+                            + f") per output channel on the Scalar Engine ({epi.origins})")
+            blk.line(f"nisa.activation(dst={dst}, op={fn}, data={data}{args})")
     emit_steps(blk, steps, f"r_v[n, g, nl.ds(c0, csz), {', '.join(index)}]")
 
 
