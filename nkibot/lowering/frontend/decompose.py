@@ -227,8 +227,7 @@ def _softplus(s: Sink, a: list[object], k: dict[str, object]) -> object:
 
 @register("mish")
 def _mish(s: Sink, a: list[object], k: dict[str, object]) -> object:
-    x = tensor(a[0])
-    return s.mul(x, s.emit("tanh", s.emit("softplus", x)), last=True)
+    return s.emit("mish", tensor(a[0]), last=True)
 
 
 @register("gelu")
