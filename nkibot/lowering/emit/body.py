@@ -114,6 +114,9 @@ class TileEmitter:
     scratch: int = 0  # [p, q] tiles written only for a Scalar Engine row sum
     native: dict[str, str] = field(default_factory=dict)  # tile var -> its nl dtype if not fp32
     activations: dict[str, str] = field(default_factory=lambda: dict(ACTIVATIONS))
+    #: engines for the tile's choices in order (fused.pick), a search's branch; None: greedy
+    choices: tuple[str, ...] | None = None
+    picked: list[str] = field(default_factory=list)  # the choices made, in order
     _origin: str = ""
     _skipped: frozenset[str] | None = None
 
@@ -199,8 +202,10 @@ class TileEmitter:
         frame = self.pl.frame
         if frame.perm and kind == FULL and frame.rows > 1 and frame.cols > 1 and not (
                 view.sliced):
+            engine = fused.pick(self, dict(fused.PASS_NS))
+            fused.charge(self, engine)
             transposed_load(self.block, var, hbm, o, offset("c0", view.col_start),
-                            scalar=fused.pick(self, dict(fused.PASS_NS)) == "scalar")
+                            scalar=engine == "scalar")
             return var
         dtype = self.native_dtype(name)
         self.block.line(f"{var} = nl.load({hbm}[{o}, {rows}, {cols}], "

@@ -8,14 +8,17 @@ to two steps is one `nisa.tensor_scalar` (Vector Engine) or, when it is affine
 absorbs the affine chain under it (`exp(x - max)` is `activation(exp, x, bias=-max)`), and
 a row sum of its result is its `reduce_res` (free). A binary op of two FULL tiles takes a
 one-step operand into `nisa.scalar_tensor_tensor`. Where either engine could run a pass,
-the one with less work so far in this tile gets it (`TileEmitter.busy`), so the Vector
-and Scalar engines run in parallel. Pass costs are the cost model's (`nkibot.sim.cost.quick`,
+the one with less work so far in this tile gets it (`TileEmitter.busy`, charged once per
+instruction written), so the Vector and Scalar engines run in parallel; a conv's tail
+searches its choices as a whole instead (`convtail.balanced`), against the eviction's and
+a fused pool's load. Pass costs are the cost model's (`nkibot.sim.cost.quick`,
 trn1): a Vector pass over N elements is N cycles at its clock (2N with two tile inputs), a
 Scalar pass N at its own.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,6 +57,8 @@ class TileEmitter(Protocol):
     scratch: int
     native: dict[str, str]
     activations: dict[str, str]
+    choices: tuple[str, ...] | None
+    picked: list[str]
 
     def kind(self, name: str) -> str: ...
 
@@ -191,9 +196,17 @@ def affine(steps: list[Step]) -> tuple[Coef, Coef] | None:
 
 
 def pick(em: TileEmitter, costs: dict[str, float]) -> str:
-    """The engine that would finish this tile's work so far soonest with this pass added."""
+    """The engine that would finish this tile's work so far soonest with this pass added.
+
+    It charges nothing: the instruction written charges its engine (`charge`), once. A
+    search (convtail.balanced) replays a prefix of `em.choices` instead.
+    """
     engine = min(costs, key=lambda e: em.busy[e] + costs[e])
-    em.busy[engine] += costs[engine]
+    if len(costs) > 1:
+        i = len(em.picked)
+        if em.choices is not None and i < len(em.choices) and em.choices[i] in costs:
+            engine = em.choices[i]
+        em.picked.append(engine)
     return engine
 
 
@@ -277,6 +290,7 @@ def tensor_scalar(em: TileEmitter, name: str, base: str, steps: list[Step]) -> s
             args.append(f"reverse{i}=True")
     var = tile_var(em, name)
     em.block.line(f"nisa.tensor_scalar(dst={var}, data={data}, {', '.join(args)})")
+    charge(em, "vector")
     return var
 
 
@@ -294,9 +308,11 @@ def fused(em: TileEmitter, op: Op) -> str | None:
         return None
     found = chain(em, op.name)
     relu = step_of(em, op)
-    # max(t, 0) is relu(t): the Scalar Engine may take it, with t's affine chain
-    if relu is not None and relu[1] == Step("maximum", 0.0, relu[1].reverse) and pick(
-            em, dict(PASS_NS)) == "scalar":
+    # max(t, 0) is relu(t): the Scalar Engine may take it, with t's affine chain, in one
+    # pass where the Vector Engine takes two steps a tensor_scalar
+    if relu is not None and relu[1] == Step("maximum", 0.0, relu[1].reverse) and pick(em, {
+            "vector": PASS_NS["vector"] * math.ceil((1 + _affine_steps(em, op)) / 2),
+            "scalar": PASS_NS["scalar"]}) == "scalar":
         return _activation_op(em, op, "nl.relu")
     if found is not None:
         base, steps = found
@@ -345,6 +361,14 @@ def _squares(em: TileEmitter, op: Op) -> bool:
             and em.res.target(a.name) == em.res.target(b.name) and em.kind(a.name) == FULL)
 
 
+def _affine_steps(em: TileEmitter, op: Op) -> int:
+    """How many affine steps `_activation_op` folds into the activation for op's input."""
+    arg = next(a for a in op.args if isinstance(a, Ref))
+    base = em.res.target(arg.name)
+    found = chain(em, base) if single_use(em, base) else None
+    return len(found[1]) if found is not None and affine(found[1]) is not None else 0
+
+
 def _activation_op(em: TileEmitter, op: Op, func: str) -> str:
     arg = next(a for a in op.args if isinstance(a, Ref))
     base = em.res.target(arg.name)
@@ -385,15 +409,19 @@ def row_sum(em: TileEmitter, op: Op, src: str) -> str:
     if op.name in em.partials:
         return em.partials[op.name]
     part = em.names.fresh(f"{op.name}_part")
-    if pick(em, dict(PASS_NS)) == "vector":
+    # the Scalar Engine's form writes a [p, q] scratch tile (one more live tile against the
+    # budget): it takes the sum only from a busier Vector Engine
+    if pick(em, {"vector": PASS_NS["vector"], "scalar": PASS_NS["vector"]}) == "vector":
         em.origin_comment(op)
         em.block.line(f"{part} = nl.sum({value}, axis=1, keepdims=True)")
+        charge(em, "vector")
         return part
     scratch = tile_var(em, op.name, f"{op.name}_copy")
     em.scratch += 1
     em.block.line(f"{part} = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
     em.block.line(f"nisa.activation(dst={scratch}, op=nl.copy, data={value}, "
                   f"reduce_op=nl.add, reduce_res={part})")
+    charge(em, "scalar")
     return part
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from nkibot.lowering.schedule import convfold
 from nkibot.lowering.schedule.convspec import NMAX, ConvSpec, Dim
 from nkibot.lowering.schedule.tiling import PMAX
-from nkibot.sim.cost.quick import SBUF_BYTES
+from nkibot.sim.cost.quick import SBUF_BYTES, pass_ns
 
 # bytes per partition (of 192 KiB) for the resident plane, the weights and the output tile
 # (no band form here: the plane stays whole; KernelBench 73's 128 KiB plane fits)
@@ -132,6 +132,20 @@ def fold_cost(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
 
     band = choose_band(spec, dims, elem_bytes, (best[0], pe))
     return band if band is not None else best
+
+
+def evict_engine(tail: dict[str, float] | None) -> str:
+    """The engine a phase's PSUM eviction (the bias add, a strided write into the tile)
+    runs on: the Vector Engine's tensor_scalar, unless a tail after it keeps the Vector
+    Engine busier than the Scalar Engine would be with the eviction added, then the Scalar
+    Engine's activation copy (its bias the same [p, 1] column). `tail`: the modelled ns
+    per element the tail gives each engine (convtail.TailCall.busy); no tail, the Vector
+    Engine as always."""
+    if not tail:
+        return "vector"
+    v, s = tail.get("vector", 0.0), tail.get("scalar", 0.0)
+    on_scalar = max(v, s + pass_ns("scalar"))
+    return "scalar" if on_scalar < max(v + pass_ns("vector"), s) else "vector"
 
 
 def phase_tiles(spec: ConvSpec, dims: tuple[PhaseDim, ...]) -> tuple[int, ...]:

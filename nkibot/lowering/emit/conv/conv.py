@@ -34,6 +34,7 @@ from nkibot.lowering.emit.conv.epilogue import (
     as_tail,
     emit_folded_norm,
     emit_steps,
+    eviction_busy,
     find_epilogue,
     leaf_arg,
 )
@@ -151,7 +152,14 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
             assert chain[-1] == epi.tail_from, (chain, epi.tail_from)
             pre = Output(epi.tail[-1].name, out.var, op.shape, "float32") if (
                 fused is not None) else out
-            tail = convtail.emit_tail(res, kernel, op, chain, epi.tail, pre)
+            phases = phasefold.phase_dims(spec)
+            by_phase = phases is not None and phasefold.faster(spec, phases)
+            # a plain tile's eviction runs before the tail; a phase's follows its load
+            before = None
+            if not by_phase:
+                before = eviction_busy(epi)
+                before["vector"] += convpool.vector_load(fused)
+            tail = convtail.emit_tail(res, kernel, op, chain, epi.tail, pre, before=before)
             out = Output(out.name, out.var, out.shape, "float32")  # the tail casts
             if (TAIL_DECISION, "staged") not in kernel.alternatives:
                 # the tail shares the eviction's engines: on a form whose eviction already

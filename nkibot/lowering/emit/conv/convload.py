@@ -215,10 +215,13 @@ def emit_empty_phase(blk: Block, view: str, bias: bool) -> None:
     blk.dedent()
 
 
-def emit_evict(blk: Block, view: str, bias: bool) -> None:
-    """The phase's PSUM sums `acc` into its strided view of the tile (plus the bias);
-    closes the phase's `if`."""
-    if bias:
+def emit_evict(blk: Block, view: str, bias: bool, engine: str = "vector") -> None:
+    """The phase's PSUM sums `acc` into its strided view of the tile (plus the bias), on
+    `engine` (phasefold.evict_engine); closes the phase's `if`."""
+    if engine == "scalar":
+        blk.line(f"nisa.activation(dst=res[0:csz, {view}], op=nl.copy, data=acc"
+                 + (", bias=b_t)" if bias else ")"))
+    elif bias:
         blk.line(f"nisa.tensor_scalar(dst=res[0:csz, {view}], data=acc, op0=nl.add, "
                  "operand0=b_t)")
     else:

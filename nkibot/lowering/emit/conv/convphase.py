@@ -108,8 +108,9 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     blk.line(f"res = nl.ndarray((csz, {sizes}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
     if bias:
         blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
+    engine = phasefold.evict_engine(dict(tail.busy) if tail is not None else None)
     for combo in itertools.product(*(p.phases for p in dims)):
-        _emit_phase(blk, spec, dims, combo, bias, fold)
+        _emit_phase(blk, spec, dims, combo, (bias, engine), fold)
     index = ", ".join(f"nl.ds({v}0, {v}sz)" for v in sp)
     if tail is not None:
         flat = convtail.flat_start([d.size_out for d in spec.dims],
@@ -132,9 +133,10 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
 
 
 def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
-                combo: tuple[Phase, ...], bias: bool, fold: PhaseFold) -> None:
+                combo: tuple[Phase, ...], evict: tuple[bool, str], fold: PhaseFold) -> None:
     """One output phase of the tile: its taps' matmuls over stride-1 windows of the
-    original plane, then a strided copy into the tile (bias added)."""
+    original plane, then a strided copy into the tile (bias added) on the engine given."""
+    bias, engine = evict
     sp = [f"s{i}" for i in range(len(spec.dims))]
     rs = ", ".join(str(ph.r) for ph in combo)
     blk.comment(f"phase ({rs}): outputs at tile offset ({rs}) mod stride; "
@@ -169,7 +171,7 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     for i, ph in enumerate(combo):
         if ph.count > 1 and i != fold.dim:
             blk.dedent()
-    emit_evict(blk, view, bias)
+    emit_evict(blk, view, bias, engine)
 
 
 def _emit_base_taps(blk: Block, cin: int, ph: Phase, fold: PhaseFold, line: str) -> None:

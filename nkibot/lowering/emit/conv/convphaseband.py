@@ -146,7 +146,8 @@ def _res_view(spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand,
 
 
 def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand,
-                combo: tuple[Phase, ...], bias: bool) -> None:
+                combo: tuple[Phase, ...], evict: tuple[bool, str]) -> None:
+    bias, engine = evict
     sp = [f"s{j}" for j in range(len(spec.dims))]
     i, rows = band.dim, spec.cin_g * band.blocks
     rs = ", ".join(str(ph.r) for ph in combo)
@@ -186,7 +187,7 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Ph
         blk.line(matmul)
     for _ in range(loops):
         blk.dedent()
-    convload.emit_evict(blk, view, bias)
+    convload.emit_evict(blk, view, bias, engine)
 
 
 def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: PhaseBand,
@@ -203,8 +204,9 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band:
         blk.line(f"for r in range({rows}):")
         blk.line(f"    nisa.dma_copy(dst=b_t[r * {cout}:(r + 1) * {cout}, 0:1], "
                  f"src=b_v[g, 0:{cout}, 0:1])")
+    engine = phasefold.evict_engine(dict(tail.busy) if tail is not None else None)
     for combo in itertools.product(*(p.phases for p in dims)):
-        _emit_phase(blk, spec, dims, band, combo, bias)
+        _emit_phase(blk, spec, dims, band, combo, (bias, engine))
     if tail is not None:
         sizes = [s for j, v in enumerate(sp) for s in ([f"{v}sz", str(stride)] if j == i
                                                          else [f"{v}sz"])]

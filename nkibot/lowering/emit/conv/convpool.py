@@ -25,11 +25,23 @@ from dataclasses import dataclass, replace
 from nkibot.lowering.emit.builder import PMAX, Block, nl_dtype
 from nkibot.lowering.emit.conv import convslab, convtail
 from nkibot.lowering.emit.conv.epilogue import POOL_FOLD, Epilogue, pool_kernel
+from nkibot.lowering.emit.fused import PASS_NS
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import Op
 from nkibot.lowering.schedule.convspec import NMAX, ConvSpec, plane_room, slab_rows
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
 
+
+def vector_load(form: object) -> float:
+    """Modelled ns per element of the conv tile a fused pool or reduction gives the Vector
+    Engine after the tail (the tail balances against it): a global pool's fold and a
+    channel fold read the tile once; a window pool's first fold reads it once and its
+    others (kernel[0] - 1 of them, two inputs each) a k-th of it each."""
+    one = PASS_NS["vector"]
+    if isinstance(form, WindowForm):
+        k = math.prod(form.kernel)
+        return one * (1 + 2 * (form.kernel[0] - 1) / k)
+    return one if isinstance(form, PoolForm | AcrossForm) else 0.0
 
 @dataclass(frozen=True)
 class PoolForm:

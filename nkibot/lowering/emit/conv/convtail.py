@@ -14,6 +14,7 @@ read it back and wrote it again (three times the output's bytes instead of one).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nkibot.lowering.emit.body import TileEmitter
@@ -45,6 +46,8 @@ class TailCall:
     fn: str
     views: tuple[str, ...]  # kernel-level HBM views the helper reads, passed down to it
     indexed: bool  # reads tensors of the output's shape: needs the tile's position range
+    #: modelled ns per element the tail gives each engine (the eviction's engine follows)
+    busy: tuple[tuple[str, float], ...] = ()
 
     def call(self, sizes: list[str], channel: str, flat: str | None) -> list[str]:
         """Lines (in a tile helper, with `res` [csz, *sizes] evicted, fp32) that replace
@@ -61,10 +64,13 @@ class TailCall:
 
 
 def emit_tail(res: Resolved, kernel: Kernel, conv: Op, chain: list[str], ops: tuple[Op, ...],
-              out: Output, shape: tuple[int, ...] | None = None) -> TailCall:
+              out: Output, shape: tuple[int, ...] | None = None,
+              before: dict[str, float] | None = None) -> TailCall:
     """The helper computing `out` from the chain's last value over `ops` (LayoutError when a
     value does not fit the frame, e.g. a reduction or a tensor varying along positions only);
-    `shape`: the frame's, when not the conv output's (a global pool's result)."""
+    `shape`: the frame's, when not the conv output's (a global pool's result); `before`:
+    the engines' load from the tile's eviction, which the tail's engine choices balance
+    against (modelled ns per element; not counted in the TailCall's `busy`)."""
     frame_shape = tuple(shape or conv.shape)
     if len(frame_shape) < 3:
         raise LayoutError("a tail after a convolution without positions")
@@ -74,10 +80,18 @@ def emit_tail(res: Resolved, kernel: Kernel, conv: Op, chain: list[str], ops: tu
     pl = place(res, frame, [out.name], seed=dict.fromkeys([*chain, *outside], FULL))
     if pl.kinds.get(res.target(out.name)) != FULL:
         raise LayoutError(f"{out.name}: a tail whose result is not the conv output's shape")
-    blk = Block(depth=1)
-    names = Names(set(kernel.names.taken) | CONV_NAMES)
-    tile = TileEmitter(res, pl, blk, names, seed={chain[-1]: "t"}, views=kernel.leaf_views)
-    value = tile.value(out.name)
+    seeded = {"vector": 0.0, "scalar": 0.0, **(before or {})}
+
+    def emit(choices: tuple[str, ...], views: dict[str, str]) -> tuple[TileEmitter, str]:
+        names = Names(set(kernel.names.taken) | CONV_NAMES)
+        tile = TileEmitter(res, pl, Block(depth=1), names, seed={chain[-1]: "t"}, views=views,
+                           choices=choices)
+        tile.busy = dict(seeded)
+        return tile, tile.value(out.name)
+
+    best = balanced(lambda choices: emit(choices, dict(kernel.leaf_views))[0])
+    tile, value = emit(tuple(best.picked), kernel.leaf_views)
+    blk, names = tile.block, tile.names
     if value == "t":
         raise LayoutError("an empty tail")
     if out.dtype != "float32":
@@ -98,7 +112,39 @@ def emit_tail(res: Resolved, kernel: Kernel, conv: Op, chain: list[str], ops: tu
         f'    """{origins} on the {"pooled" if shape else "evicted"} [p, q] tile t: channels '
         'r0..r0+p of batch element o' + (", positions c0..c0+q" if indexed and not shape else "")
         + '."""', *blk.lines])
-    return TailCall(fn, tuple(params), indexed)
+    own = {engine: ns - seeded.get(engine, 0.0) for engine, ns in tile.busy.items()}
+    return TailCall(fn, tuple(params), indexed, tuple(sorted(own.items())))
+
+
+#: Engine assignments a tail's search tries at most (2 engines a flexible op: 6 ops).
+SEARCH_LIMIT = 64
+
+
+def balanced(emit: Callable[[tuple[str, ...]], TileEmitter]) -> TileEmitter:
+    """The emission whose engine choices (fused.pick, each Vector or Scalar) finish the
+    tile soonest: the least max over engines of the modelled busy time, then the least
+    total. Greedy choice by choice, a pass given to the Scalar Engine early can leave the
+    Vector Engine three passes later (level 2 71: a divide on the Scalar Engine, then a
+    leaky ReLU's three on the Vector Engine, or all four on the Vector Engine after a
+    Scalar Engine eviction). Depth first over the choices, each emission greedy after
+    its prefix; at most SEARCH_LIMIT emissions."""
+    def score(em: TileEmitter) -> tuple[float, float]:
+        return max(em.busy.values()), sum(em.busy.values())
+
+    best: TileEmitter | None = None
+    stack: list[tuple[str, ...]] = [()]
+    tried = 0
+    while stack and tried < SEARCH_LIMIT:
+        prefix = stack.pop()
+        em = emit(prefix)
+        tried += 1
+        if best is None or score(em) < score(best):
+            best = em
+        for i in range(len(prefix), len(em.picked)):
+            other = "scalar" if em.picked[i] == "vector" else "vector"
+            stack.append((*em.picked[:i], other))
+    assert best is not None
+    return best
 
 
 def flat_start(dims_out: list[int], tiles: list[int], first: str) -> str | None:

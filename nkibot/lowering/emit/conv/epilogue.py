@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, replace
 
 from nkibot.lowering.emit.builder import PMAX, Block
+from nkibot.lowering.emit.fused import PASS_NS
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import BINARY, REDUCE, UNARY, Op, Ref
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
@@ -357,6 +358,29 @@ def emit_folded_norm(res: Resolved, kernel: Kernel, norm: Op, conv_bias: str | N
     for c0 in range(0, cout, PMAX):
         body.line(f"{fn}({args}, {table}, {c0}, {min(PMAX, cout - c0)})")
     return table
+
+def eviction_busy(epi: Epilogue) -> dict[str, float]:
+    """Modelled ns per element of a plain conv tile's eviction (`conv._emit_eviction`,
+    then `emit_steps`), per engine: the tail after it balances against it."""
+    steps = list(epi.steps)
+    busy = {"scalar": PASS_NS["scalar"], "vector": 0.0}  # the eviction's activation
+    if steps and steps[0].op == "add":
+        busy["vector"] += 2 * PASS_NS["vector"]  # a residual read beside the sums
+        steps.pop(0)
+    if steps and steps[0].op in EVICT_ACT:
+        steps.pop(0)  # in the eviction's activation
+    while steps:
+        op = steps.pop(0)
+        if op.op in EVICT_ACT:
+            busy["scalar"] += PASS_NS["scalar"]
+        elif op.op == "add":
+            busy["vector"] += 2 * PASS_NS["vector"]
+        else:
+            busy["vector"] += PASS_NS["vector"]
+            if steps and steps[0].op in ("maximum", "minimum") and steps[0].op != op.op:
+                steps.pop(0)  # the other bound, in the same tensor_scalar
+    return busy
+
 
 def emit_steps(blk: Block, steps: list[Op], residual: str = "") -> None:
     """The epilogue's steps after the eviction, on the SBUF tile `res` (`residual`: the
