@@ -361,20 +361,25 @@ def _squares(em: TileEmitter, op: Op) -> bool:
             and em.res.target(a.name) == em.res.target(b.name) and em.kind(a.name) == FULL)
 
 
-def _affine_steps(em: TileEmitter, op: Op) -> int:
-    """How many affine steps `_activation_op` folds into the activation for op's input."""
+def _absorbed(em: TileEmitter, op: Op) -> tuple[str, tuple[str, list[Step]] | None]:
+    """Op's input, and its affine chain (base, steps) when an activation of op absorbs it."""
     arg = next(a for a in op.args if isinstance(a, Ref))
     base = em.res.target(arg.name)
     found = chain(em, base) if single_use(em, base) else None
-    return len(found[1]) if found is not None and affine(found[1]) is not None else 0
+    return base, (found if found is not None and affine(found[1]) is not None else None)
+
+
+def _affine_steps(em: TileEmitter, op: Op) -> int:
+    """How many affine steps `_activation_op` folds into the activation for op's input."""
+    found = _absorbed(em, op)[1]
+    return len(found[1]) if found is not None else 0
 
 
 def _activation_op(em: TileEmitter, op: Op, func: str) -> str:
-    arg = next(a for a in op.args if isinstance(a, Ref))
-    base = em.res.target(arg.name)
-    found = chain(em, base) if single_use(em, base) else None
-    form = affine(found[1]) if found is not None else None
-    if found is not None and form is not None:
+    base, found = _absorbed(em, op)
+    if found is not None:
+        form = affine(found[1])
+        assert form is not None
         return activation(em, op.name, func, full_value(em, found[0]), *form)
     return activation(em, op.name, func, em.value(base))
 

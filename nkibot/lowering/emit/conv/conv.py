@@ -110,6 +110,8 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     w_leaf = res.graph.leaf(w)
     assert w_leaf is not None
     spec = conv_spec(op, x_shape, w_leaf.shape)
+    phased = phasefold.phase_dims(spec)
+    by_phase = phased is not None and phasefold.faster(spec, phased)
     tail: convtail.TailCall | None = None
     fused: convpool.Fused | None = None
     if epi is not None and spec.transposed and epi.prefix:
@@ -152,8 +154,6 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
             assert chain[-1] == epi.tail_from, (chain, epi.tail_from)
             pre = Output(epi.tail[-1].name, out.var, op.shape, "float32") if (
                 fused is not None) else out
-            phases = phasefold.phase_dims(spec)
-            by_phase = phases is not None and phasefold.faster(spec, phases)
             # a plain tile's eviction runs before the tail; a phase's follows its load
             before = None
             if not by_phase:
@@ -175,9 +175,8 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         w_leaf.dtype == x_dtype) else "nl.float32"
     kind = "transposed convolution" if spec.transposed else "convolution"
     kernel.body.comment(f"{op.origin}: {kind}, groups={spec.groups}, {spec.taps} taps")
-    phased = phasefold.phase_dims(spec)
     elem = 2 if compute != "nl.float32" else 4
-    if phased is not None and phasefold.faster(spec, phased):
+    if by_phase:
         if fused is not None:
             raise LayoutError("a pool or reduction on a transposed conv run phase by phase "
                               "(staged instead)")

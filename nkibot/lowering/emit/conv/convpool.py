@@ -43,6 +43,7 @@ def vector_load(form: object) -> float:
         return one * (1 + 2 * (form.kernel[0] - 1) / k)
     return one if isinstance(form, PoolForm | AcrossForm) else 0.0
 
+
 @dataclass(frozen=True)
 class PoolForm:
     """A global pool fused into the conv: its fold, the helper for the ops on its result

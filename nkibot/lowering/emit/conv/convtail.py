@@ -82,16 +82,18 @@ def emit_tail(res: Resolved, kernel: Kernel, conv: Op, chain: list[str], ops: tu
         raise LayoutError(f"{out.name}: a tail whose result is not the conv output's shape")
     seeded = {"vector": 0.0, "scalar": 0.0, **(before or {})}
 
-    def emit(choices: tuple[str, ...], views: dict[str, str]) -> tuple[TileEmitter, str]:
+    def emit(choices: tuple[str, ...]) -> TileEmitter:
+        """One emission of the tail, on copies of the kernel's names and views."""
         names = Names(set(kernel.names.taken) | CONV_NAMES)
-        tile = TileEmitter(res, pl, Block(depth=1), names, seed={chain[-1]: "t"}, views=views,
-                           choices=choices)
+        tile = TileEmitter(res, pl, Block(depth=1), names, seed={chain[-1]: "t"},
+                           views=dict(kernel.leaf_views), choices=choices)
         tile.busy = dict(seeded)
-        return tile, tile.value(out.name)
+        tile.value(out.name)
+        return tile
 
-    best = balanced(lambda choices: emit(choices, dict(kernel.leaf_views))[0])
-    tile, value = emit(tuple(best.picked), kernel.leaf_views)
-    blk, names = tile.block, tile.names
+    tile = balanced(emit)
+    kernel.leaf_views.update(tile.views)
+    blk, names, value = tile.block, tile.names, tile.value(out.name)  # value(): memoised
     if value == "t":
         raise LayoutError("an empty tail")
     if out.dtype != "float32":

@@ -359,6 +359,7 @@ def emit_folded_norm(res: Resolved, kernel: Kernel, norm: Op, conv_bias: str | N
         body.line(f"{fn}({args}, {table}, {c0}, {min(PMAX, cout - c0)})")
     return table
 
+
 def eviction_busy(epi: Epilogue) -> dict[str, float]:
     """Modelled ns per element of a plain conv tile's eviction (`conv._emit_eviction`,
     then `emit_steps`), per engine: the tail after it balances against it."""
@@ -369,24 +370,33 @@ def eviction_busy(epi: Epilogue) -> dict[str, float]:
         steps.pop(0)
     if steps and steps[0].op in EVICT_ACT:
         steps.pop(0)  # in the eviction's activation
-    while steps:
-        op = steps.pop(0)
-        if op.op in EVICT_ACT:
+    for group in _step_groups(steps):
+        if group[0].op in EVICT_ACT:
             busy["scalar"] += PASS_NS["scalar"]
-        elif op.op == "add":
-            busy["vector"] += 2 * PASS_NS["vector"]
-        else:
-            busy["vector"] += PASS_NS["vector"]
-            if steps and steps[0].op in ("maximum", "minimum") and steps[0].op != op.op:
-                steps.pop(0)  # the other bound, in the same tensor_scalar
+        else:  # a residual reads two tiles; a clamp (one or both bounds) one
+            busy["vector"] += PASS_NS["vector"] * (2 if group[0].op == "add" else 1)
     return busy
+
+
+def _step_groups(steps: list[Op]) -> list[list[Op]]:
+    """The steps after the eviction, one instruction each: an activation, a residual add,
+    or a clamp by one bound or by both (a maximum and a minimum in a row)."""
+    groups: list[list[Op]] = []
+    for op in steps:
+        last = groups[-1] if groups else []
+        if (len(last) == 1 and last[0].op in ("maximum", "minimum")
+                and op.op in ("maximum", "minimum") and op.op != last[0].op):
+            last.append(op)
+        else:
+            groups.append([op])
+    return groups
 
 
 def emit_steps(blk: Block, steps: list[Op], residual: str = "") -> None:
     """The epilogue's steps after the eviction, on the SBUF tile `res` (`residual`: the
     residual's tile, indexed)."""
-    while steps:
-        op = steps.pop(0)
+    for group in _step_groups(steps):
+        op = group[0]
         if op.op in EVICT_ACT:
             blk.line(f"nisa.activation(dst=res, op={EVICT_ACT[op.op]}, data=res)")
         elif op.op == "add":
@@ -394,9 +404,7 @@ def emit_steps(blk: Block, steps: list[Op], residual: str = "") -> None:
             blk.comment(f"{op.origin}: the residual, on the Vector Engine")
             blk.line("nisa.tensor_tensor(dst=res, data1=res, data2=r_t, op=nl.add)")
         else:
-            clamp = f"op0=nl.{op.op}, operand0={float(str(op.args[1]))!r}"
-            if steps and steps[0].op in ("maximum", "minimum") and steps[0].op != op.op:
-                nxt = steps.pop(0)
-                clamp += f", op1=nl.{nxt.op}, operand1={float(str(nxt.args[1]))!r}"
+            clamp = ", ".join(f"op{n}=nl.{b.op}, operand{n}={float(str(b.args[1]))!r}"
+                              for n, b in enumerate(group))
             blk.comment(f"{op.origin}: a clamp on the Vector Engine")
             blk.line(f"nisa.tensor_scalar(dst=res, data=res, {clamp})")
