@@ -130,6 +130,33 @@ class TestGeneratedSource:
         assert "softplus" not in text and "nl.tanh" not in text
         check_on_sim(task)
 
+    def test_gated_products_are_one_activation(self) -> None:
+        """x * sigmoid(x) is silu(x) and tanh(softplus(x)) * x is mish(x), written either
+        way round: one Scalar Engine pass each, not two activations and a two-input
+        Vector Engine multiply (level 2 37, 59, 81, 88, 95, 97 write swish by hand)."""
+        task = make_task(module_source(
+            "torch.sigmoid(x) * x + (y := x - 1.0) * torch.sigmoid(y)"
+            " + torch.tanh(F.softplus(x)) * x"), [(130, 72)])
+        text = lower_ok(task).source
+        assert text.count("op=nl.silu") == 2 and text.count("op=nl.mish") == 1, text
+        assert "nl.sigmoid" not in text and "softplus" not in text, text
+        check_on_sim(task)
+
+    def test_a_gate_read_elsewhere_is_still_computed(self) -> None:
+        """The rewrite leaves the sigmoid in the graph: a second reader still gets it."""
+        task = make_task(module_source("torch.sigmoid(x) * x + torch.sigmoid(x)"),
+                         [(64, 40)])
+        text = lower_ok(task).source
+        assert "op=nl.silu" in text and "op=nl.sigmoid" in text, text
+        check_on_sim(task)
+
+    def test_a_product_with_another_gate_is_left_alone(self) -> None:
+        """x * sigmoid(y) is not silu: it stays a product."""
+        task = make_task(module_source("x * torch.sigmoid(x * 2.0)"), [(64, 40)])
+        text = lower_ok(task).source
+        assert "nl.silu" not in text and "nl.sigmoid" in text, text
+        check_on_sim(task)
+
 class TestSbufBudget:
     """Free dims are tiled or declined so that live tiles fit a partition's SBUF."""
 

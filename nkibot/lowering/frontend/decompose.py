@@ -80,7 +80,25 @@ def _rsub(s: Sink, a: list[object], k: dict[str, object]) -> object:
 
 @register("mul", "imul", "multiply")
 def _mul(s: Sink, a: list[object], k: dict[str, object]) -> object:
-    return s.mul(tensor(a[0]), tensor(a[1]), last=True)
+    x, y = tensor(a[0]), tensor(a[1])
+    return _gated(s, x, y) or _gated(s, y, x) or s.mul(x, y, last=True)
+
+
+def _gated(s: Sink, x: Arg, gate: Arg) -> Ref | None:
+    """x * sigmoid(x) as silu(x) and x * tanh(softplus(x)) as mish(x): one Scalar Engine
+    activation each (both are in the ISA's activation table), where the product takes
+    one or two activations and a two-input Vector Engine multiply. The gate's ops stay in
+    the graph for any other reader; the lowering drops them otherwise."""
+    if not isinstance(x, Ref) or not isinstance(gate, Ref) or s.shape(gate) != s.shape(x):
+        return None
+    g = s.graph.op(gate.name)
+    if g is not None and g.op == "sigmoid" and g.args == (x,):
+        return s.emit("silu", x, last=True)
+    inner = g.args[0] if g is not None and g.op == "tanh" else None
+    sp = s.graph.op(inner.name) if isinstance(inner, Ref) else None
+    if sp is not None and sp.op == "softplus" and sp.args == (x,):
+        return s.emit("mish", x, last=True)
+    return None
 
 
 @register("truediv", "div", "itruediv", "divide")
