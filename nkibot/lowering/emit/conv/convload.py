@@ -81,10 +81,19 @@ def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
             body.line(f"nisa.dma_copy(dst=x_flat[{b * cin_g}:{(b + 1) * cin_g}, 0:{size - off}], "
                       f"src=x_f[n, g, 0:{cin_g}, {off}:{size}])")
         return
-    for b, u in enumerate(fold.offsets()):
+    blocks = [(u, convfold.margins(spec.dims, planes, placed, u, fold.band))
+              for u in fold.offsets()]
+    # a region every block zeroes (the whole plane of a zero-inserted input) is one memset
+    # across all the blocks' partitions: the engine's time is per partition's elements
+    common = [r for r in blocks[0][1] if all(r in m for _, m in blocks)] if (
+        len(blocks) > 1) else []
+    for region in common:
+        zero_region(body, f"0:{cin_g * fold.blocks}", region)
+    for b, (u, regions) in enumerate(blocks):
         part = f"{b * cin_g}:{(b + 1) * cin_g}"
-        for region in convfold.margins(spec.dims, planes, placed, u, fold.band):
-            zero_region(body, part, region)
+        for region in regions:
+            if region not in common:
+                zero_region(body, part, region)
         here = convfold.block_slices(spec.dims, placed, u)
         if here is not None:
             place_block(body, spec, part, here, compute)

@@ -124,7 +124,7 @@ def _block(blk: Block, spec: ConvSpec, group: list[tuple[int, tuple[int, ...]]],
     part = f"{group[0][0] * cin}:{(group[-1][0] + 1) * cin}"
     zeroed = any(d.up > 1 for d in banded)
     for b, _, here in heres:
-        if here is None or zeroed:
+        if here is None and not zeroed:  # zero-inserted slabs are zeroed whole in _helper
             convload.zero_region(blk, f"{b * cin}:{(b + 1) * cin}",
                                  [*(f"0:{s}" for s in slabs), *whole])
     if all(here is None for _, _, here in heres):
@@ -179,6 +179,12 @@ def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: s
         blk.comment("partition block u: the slab shifted left by u * dilation; rows[u0] and "
                     "cols[u1] = (first input row, count, slab row) of dims 0 and 1; what no "
                     "input covers is zeroed")
+    if any(d.up > 1 for d in spec.dims[:nb]):
+        blk.comment("zero-inserted: the whole slab is zeroed once across every block's "
+                    "partitions (the engine's time is per partition's elements), then each "
+                    "block's input is spread into it")
+        convload.zero_region(blk, f"0:{spec.cin_g * fold.blocks}",
+                             [*(f"0:{s}" for s in slabs), *(f"0:{d.plane}" for d in rest)])
     # one block at a time for a band of dim 0 alone; with dim 1 banded too, the blocks of
     # one row shift (u0, u1) zero their band margins together
     blocks = list(enumerate(fold.offsets()))
