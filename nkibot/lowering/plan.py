@@ -206,6 +206,11 @@ def _plan_lines(stages: list[Stage]) -> list[str]:
     """The schedule, for the header: why the kernel has stages and what each one does."""
     if not stages:
         return []
+    if len(stages) == 1:  # the graph fit one group once rewritten (a norm expanded)
+        return ["", "Schedule: one stage of the graph as the scheduler rewrote it (a long "
+                "reduction split, a wide convolution cut, or a normalisation written as the "
+                "ops its tiles compute):",
+                f"  1. {stages[0].summary()}"]
     mib = scratch_bytes(stages) / 2**20
     return ["", f"Schedule: {len(stages)} stages (no single emitter covers the whole graph); "
             f"each reads its inputs from HBM and writes its results to HBM scratch "

@@ -235,6 +235,25 @@ class TestEpilogueRows:
         _check(task, source, lower_ok(task).function)
 
 
+class TestEvictionRead:
+    """The epilogue's first instruction reads the PSUM tile itself where it is the only
+    reader of the eviction copy (matmul._read_psum_once): one Vector pass a tile saved."""
+
+    @pytest.mark.parametrize(("expr", "copies"), [
+        ("self.fc(x) * 2.0 + 1.0", 0),  # one reader (the bias add): no copy
+        ("torch.tanh(x @ self.w)", 0),  # the activation reads PSUM
+        ("(y := x @ self.w) * torch.sigmoid(y + 1.0)", 1),  # two readers: the copy stays
+    ])
+    def test_copy_only_where_needed(self, expr: str, copies: int) -> None:
+        init = ("        self.fc = nn.Linear(200, 300)\n"
+                "        self.w = nn.Parameter(torch.randn(200, 300))")
+        task = make_task(module_source(expr, init=init), [(260, 200)])
+        lowered = lower_ok(task)
+        store = lowered.source[lowered.source.index("def matmul_store("):].split("\n\n")[0]
+        assert store.count("nisa.tensor_copy(res, acc)") == copies, store
+        _check(task, lowered.source, lowered.function)
+
+
 class TestResidentA:
     """One row tile of A (<= 128 rows) against a weight too long in K for the blocked form
     (KernelBench level 2 59, 55, 66, 68: a 128 x 8192 batch through nn.Linear(8192, 4096)):

@@ -117,6 +117,10 @@ class TileEmitter:
     #: engines for the tile's choices in order (fused.pick), a search's branch; None: greedy
     choices: tuple[str, ...] | None = None
     picked: list[str] = field(default_factory=list)  # the choices made, in order
+    #: the caller tiles columns in whole multiples of `align` (or declines): a `segnorm`
+    #: needs its groups whole in each tile; False: the caller's tiles are fixed otherwise
+    aligned_tiles: bool = False
+    align: int = 1
     _origin: str = ""
     _skipped: frozenset[str] | None = None
 
@@ -234,6 +238,10 @@ class TileEmitter:
 
     def compute(self, name: str) -> str:
         op = next(o for o in self.res.ops if o.name == name)
+        if op.op == "segnorm":
+            data = op.args[0]
+            assert isinstance(data, Ref)
+            return rowstats.segments(self, op, self.value(data.name), self.aligned)
         found = (rowstats.moments(self, op) or fused.fused(self, op)
                  or fused.arg_extreme(self, op))
         if found is not None:
@@ -275,6 +283,13 @@ class TileEmitter:
         if not self.final and (tiles or self.pl.kinds[op.name] == FULL):
             fused.charge(self, "vector", min(max(len(tiles), 1), 2))  # a plain nl op: Vector
         return var
+
+    def aligned(self, size: int) -> None:
+        """Column tiles must hold whole runs of `size` columns (see `align`)."""
+        if not self.aligned_tiles or self.final:
+            raise LayoutError(f"groups of {size} columns normalised together need column "
+                              "tiles in whole groups, which this form does not tile")
+        self.align = math.lcm(self.align, size)
 
     def row_ops(self, name: str) -> int:
         """Per-row (ROW) ops still to emit in the computation of `name`."""

@@ -37,7 +37,18 @@ BATCH_CHUNK = 2048
 
 
 def fits(channels: int, groups: int, positions: int) -> bool:
-    return channels <= PMAX and channels % groups == 0 and positions * 4 * 3 <= ROW_BUDGET
+    return fits_long(channels, groups, positions) and positions * 4 * 3 <= ROW_BUDGET
+
+
+#: bytes per partition of a long row's (count, mean, M2) statistics, one a 512 positions
+LONG_STATS_BUDGET = SBUF_BYTES // 4
+
+
+def fits_long(channels: int, groups: int, positions: int) -> bool:
+    """Rows (batch x channels) on the partitions, each row read twice in chunks of
+    BATCH_CHUNK positions (`_emit_long_rows`): its statistics must fit, not the row."""
+    chunks = -(-positions // rowstats.BN_STATS_FMAX)
+    return channels <= PMAX and channels % groups == 0 and chunks * 24 <= LONG_STATS_BUDGET
 
 
 def emit_groupnorm(kernel: Kernel, op: Op, x: str, params: list[str], out: Output) -> None:
@@ -71,8 +82,11 @@ def emit_groupnorm(kernel: Kernel, op: Op, x: str, params: list[str], out: Outpu
         body.line(f"{col} = nl.ndarray(({per}, 1), dtype=nl.float32, buffer=nl.sbuf)")
         for r in range(0, per, c):
             body.line(f"nisa.dma_copy(dst={col}[{r}:{r + c}, 0:1], src={col}_v)")
-    form = normstats.choose(row_forms(hw, len(cols)))
-    fn = _emit_rows(kernel, op, hw, inv, eps, cols, out.dtype, cg, form)
+    if hw * 4 * 3 > ROW_BUDGET:  # fits_long: a row too long to hold, read twice in chunks
+        fn = _emit_long_rows(kernel, op, hw, eps, cols, out.dtype, cg)
+    else:
+        form = normstats.choose(row_forms(hw, len(cols)))
+        fn = _emit_rows(kernel, op, hw, inv, eps, cols, out.dtype, cg, form)
     args = ", ".join(["x_v", "out_v", "bd", *cols])
     emit_grid(body, [Axis("r", rows, per)], f"{fn}({args}, {{r0}}, {{rsz}})", "affine_range")
 
@@ -323,4 +337,77 @@ def _emit_rows(kernel: Kernel, op: Op, hw: int, inv: float, eps: float, cols: li
     kernel.helpers.append([f"def {fn}({head}, r0, p):",
                            f'    """{op.origin}: rows r0..r0+p, whole batch elements."""',
                            *blk.lines])
+    return fn
+
+
+def _emit_long_rows(kernel: Kernel, op: Op, hw: int, eps: float, cols: list[str],
+                    out_dtype: str, cg: int) -> str:
+    """Rows too long to hold in SBUF (KernelBench level 2 21: 4 channels a group of 254 x
+    254 positions): each row tile is read twice, BATCH_CHUNK positions at a time. Pass 1
+    keeps every chunk's bn_stats triples (one Vector Engine pass), one bn_aggr gives each
+    row's mean and variance, Chan's combination on the PE the group's; pass 2 reloads each
+    chunk for one Scalar Engine `activation(copy, scale, bias)` and stores it. Two reads and
+    one write of the tensor, where the rows written out as reductions took four stages of
+    full passes through HBM scratch."""
+    fn = kernel.names.fresh("groupnorm_long_rows")
+    fmax, chunk = rowstats.BN_STATS_FMAX, BATCH_CHUNK
+    full, tail = divmod(hw, chunk)
+    per_chunk = chunk // fmax
+    blk = Block(depth=1)
+    blk.comment(f"pass 1: bn_stats of every {fmax} positions, {chunk} positions a load")
+    blk.line(f"stats = nl.ndarray((p, {-(-hw // fmax)}, 6), dtype=nl.float32, buffer=nl.sbuf)")
+
+    def load(start: str, size: int) -> None:
+        blk.line(f"xt = nl.ndarray((p, {size}), dtype=nl.float32, buffer=nl.sbuf)")
+        blk.line(f"nisa.dma_copy(dst=xt, src=x_v[nl.ds(r0, p), nl.ds({start}, {size})])")
+
+    if full:
+        blk.line(f"for h in nl.affine_range({full}):")
+        blk.indent()
+        load(f"h * {chunk}", chunk)
+        for k in range(per_chunk):
+            blk.line(f"nisa.bn_stats(dst=stats[0:p, h * {per_chunk} + {k}, 0:6], "
+                     f"data=xt[0:p, {k * fmax}:{(k + 1) * fmax}])")
+        blk.dedent()
+    if tail:
+        load(str(full * chunk), tail)
+        for k in range(-(-tail // fmax)):
+            hi = min(tail, (k + 1) * fmax)
+            blk.line(f"nisa.bn_stats(dst=stats[0:p, {full * per_chunk + k}, 0:6], "
+                     f"data=xt[0:p, {k * fmax}:{hi}])")
+    blk.line("mv = nl.ndarray((p, 2), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line("nisa.bn_aggr(dst=mv, data=stats)")
+    rowstats.emit_combine(blk, "mv", "p", "bd", cg)
+    blk.line("scale = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.tensor_scalar(dst=scale, data=var, op0=nl.multiply, operand0={1.0 / cg!r}, "
+             f"op1=nl.add, operand1={eps!r})")
+    blk.line("nisa.activation(dst=scale, op=nl.rsqrt, data=scale)")
+    if cols:
+        blk.line(f"nisa.tensor_tensor(dst=scale, data1=scale, data2={cols[0]}[0:p, 0:1], "
+                 "op=nl.multiply)")
+    blk.line("shift = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
+    if len(cols) > 1:
+        blk.line("nisa.scalar_tensor_tensor(dst=shift, data=neg_mean, op0=nl.multiply, "
+                 f"operand0=scale, op1=nl.add, operand1={cols[1]}[0:p, 0:1])")
+    else:
+        blk.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
+    blk.comment("pass 2: out = x * scale + shift, on the Scalar Engine, chunk by chunk")
+
+    def normalise(start: str, size: int) -> None:
+        load(start, size)
+        blk.line(f"y = nl.ndarray((p, {size}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
+        blk.line("nisa.activation(dst=y, op=nl.copy, data=xt, scale=scale, bias=shift)")
+        blk.line(f"nisa.dma_copy(dst=out_v[nl.ds(r0, p), nl.ds({start}, {size})], src=y)")
+
+    if full:
+        blk.line(f"for h in nl.affine_range({full}):")
+        blk.indent()
+        normalise(f"h * {chunk}", chunk)
+        blk.dedent()
+    if tail:
+        normalise(str(full * chunk), tail)
+    head = ", ".join(["x_v", "out_v", "bd", *cols])
+    kernel.helpers.append([f"def {fn}({head}, r0, p):",
+                           f'    """{op.origin}: rows r0..r0+p, whole batch elements, in '
+                           f'chunks of {chunk} positions."""', *blk.lines])
     return fn

@@ -12,6 +12,7 @@ copied out of PSUM before the single store.
 from __future__ import annotations
 
 import math
+import re
 
 from nkibot.lowering.emit import matmulblock
 from nkibot.lowering.emit.body import TileEmitter, hoisted_bytes
@@ -131,7 +132,8 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     block_fn = _emit_block_helper(kernel, a, b, compute, panel, resident)
     tile_fn, store_fn, params, _ = _emit_tile_helper(kernel, res, pl, mm.name, outputs[0], block_fn,
                                                   k, rows, (ga > 1, gb > 1), k_outer,
-                                                  K_CHUNK if resident and b.transposed else PMAX)
+                                                  K_CHUNK if resident and b.transposed else PMAX,
+                                                  n_tile)
     body = kernel.body
     if panel:
         load_fn = _emit_panel_loader(kernel, b, compute)
@@ -385,6 +387,32 @@ def _emit_block_helper(kernel: Kernel, a: LeafView, b: LeafView, compute: str,
     return fn
 
 
+#: instructions that may read the PSUM tile: the Vector and Scalar Engines' (nl arithmetic
+#: runs on the Vector Engine); not a DMA, a matmul or the GpSimd engine, which has no
+#: PSUM port (memory-hierarchy-overview.rst)
+_PSUM_READERS = re.compile(r"\s*(\w+ = nl\.(?!load|store)\w+\(|nisa\.(activation|tensor_scalar|"
+                           r"tensor_tensor|scalar_tensor_tensor|bn_stats)\()")
+
+
+def _read_psum_once(blk: Block) -> None:
+    """The eviction copy dropped where one instruction is its only reader: that instruction
+    reads the PSUM tile itself (the Vector and Scalar Engines both read PSUM), one Vector
+    pass a tile saved."""
+    pad = "    " * blk.depth
+    alloc = f"{pad}res = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.sbuf)"
+    copy = f"{pad}nisa.tensor_copy(res, acc)"
+    readers = [i for i, line in enumerate(blk.lines)
+               if re.search(r"\bres\b", line) and line not in (alloc, copy)]
+    if len(readers) != 1 or alloc not in blk.lines or copy not in blk.lines:
+        return
+    line = blk.lines[readers[0]]
+    if not _PSUM_READERS.match(line) or "gpsimd" in line or "dst=res" in line:
+        return
+    blk.lines[readers[0]] = re.sub(r"\bres\b", "acc", line)
+    blk.lines.remove(alloc)
+    blk.lines.remove(copy)
+
+
 def _emit_flip_helper(kernel: Kernel, compute: str) -> str:
     """The helper that transposes `nb` blocks of a B row tile into one PSUM bank and copies
     them out with one Vector Engine instruction (a transposed B in the A-resident form)."""
@@ -411,8 +439,8 @@ def _transpose(blk: Block, src: str, dst: str, rows: str, cols: str, dtype: str)
 
 def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: Output,
                       block_fn: str, k: int, rows: int,
-                      batched: tuple[bool, bool], k_outer: bool, k_step: int = PMAX
-                      ) -> tuple[str, str, list[str], bool]:
+                      batched: tuple[bool, bool], k_outer: bool, k_step: int = PMAX,
+                      n_tile: int = NMAX) -> tuple[str, str, list[str], bool]:
     fn = kernel.names.fresh("matmul_tile")
     store_fn = kernel.names.fresh("matmul_store")
     ga, gb = ("g" if batched[0] else "0"), ("g" if batched[1] else "0")
@@ -426,8 +454,13 @@ def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: O
     blk.line("nisa.tensor_copy(res, acc)")
     names = Names(set(kernel.names.taken) | {"acc", "res", "r0", "p", "q", "c0", "o", "g"})
     tile = TileEmitter(res, pl, blk, names, seed={mm: "res"},  # type: ignore[arg-type]
-                       views=kernel.leaf_views, hoist=kernel.body)
+                       views=kernel.leaf_views, hoist=kernel.body, aligned_tiles=True)
     value = tile.value(out.name)
+    # output tiles start at multiples of n_tile (the last may be short): whole groups of a
+    # segnorm's columns in each only when the group divides both the tile and the row
+    if n_tile % tile.align or pl.frame.cols % tile.align:  # type: ignore[attr-defined]
+        raise LayoutError(f"groups of {tile.align} columns straddle the matmul's "
+                          f"{n_tile}-column output tiles")
     if value == "res" and out.dtype != "float32":
         # no epilogue: the PSUM copy writes the output dtype itself (one copy, not two)
         blk.lines[blk.lines.index("    res = nl.ndarray((p, q), dtype=nl.float32, "
@@ -436,6 +469,8 @@ def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: O
     elif out.dtype != "float32":
         blk.line(f"out_cast = nl.copy({value}, dtype={nl_dtype(out.dtype)})")
         value = "out_cast"
+    else:
+        _read_psum_once(blk)
     row_out = pl.kinds[res.target(out.name)] == ROW  # type: ignore[attr-defined]
     cols = "0:1" if row_out else "nl.ds(c0, q)"  # a row reduction: one value per row
     blk.line(f"nl.store(out_v[0, nl.ds(r0, p), {cols}], {value})")

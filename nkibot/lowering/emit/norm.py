@@ -86,7 +86,10 @@ def emit_blocknorm(res: Resolved, outputs: list[Output], kernel: Kernel) -> None
         count = int(str(op.attr("count")))
         outer, (a, b) = math.prod(shape[:len(shape) - count]), _split(
             math.prod(shape[len(shape) - count:]))
-    if group and groupnorm.fits(shape[1], groups, math.prod(shape[2:])):
+    if group and math.prod(shape[2:]) == 1:
+        raise LayoutError(f"{norm_name([op])} over [N, C]: its groups are runs along each "
+                          "row, written out as one segnorm (rewrite._segment_ops)")
+    if group and groupnorm.fits_long(shape[1], groups, math.prod(shape[2:])):
         groupnorm.emit_groupnorm(kernel, op, x, [_leaf(res, arg) for arg in op.args[1:]],
                                  outputs[0])
         return

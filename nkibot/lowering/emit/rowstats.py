@@ -13,10 +13,12 @@ one instruction there). Semantics and `bn_stats_fmax` (512) from nki.isa.bn_stat
 bn_aggr (aws-neuron-sdk nki/api/nki/isa); AWS's LayerNorm tutorial (`v2`) does the same.
 
 Applies to whole-row tiles (a ROW reduction: the tile holds every column of its rows).
+`segments` does the same per run of columns (GroupNorm of a [N, C] value).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -238,3 +240,53 @@ def emit_combine(blk: Block, mv: str, p: str, matrix: str, rows: int) -> None:
              f"op1=nl.add, operand1={mv}[0:{p}, 1:2])")
     blk.line(f"var = nl.ndarray(({p}, 1), dtype=nl.float32, buffer=nl.psum)")
     blk.line(f"nisa.nc_matmul(var, {matrix}[0:{p}, 0:{p}], dev)")
+
+
+def segments(em: TileEmitter, op: Op, x: str, align: Callable[[int], None]) -> str:
+    """`segnorm`: each run of `size` consecutive columns of the [p, q] tile `x` normalised
+    by its own mean and variance (a GroupNorm over a [N, C] value, groups of `size`
+    channels along the free dim). The caller tiles columns in whole runs (`align`), so
+    every tile holds q // size of them, each at a static offset:
+
+    - each run's mean and variance: `bn_stats` per <= 512-column chunk, `bn_aggr` per run
+      (one Vector Engine pass over the tile);
+    - rstd = (var + eps) ** -0.5 and shift = -mean * rstd for all the tile's runs at once;
+    - then one Scalar Engine `activation(copy, scale=rstd, bias=shift)` per run.
+    """
+    size, eps = int(str(op.attr("size"))), float(str(op.attr("eps")))
+    align(size)
+    chunks = -(-size // BN_STATS_FMAX)
+    names = em.names
+    stats, mv = names.fresh(f"{op.name}_stats"), names.fresh(f"{op.name}_mv")
+    rstd, shift, out = (names.fresh(f"{op.name}_rstd"), names.fresh(f"{op.name}_shift"),
+                        names.fresh(op.name))
+    runs = f"q // {size}"
+    blk = em.block
+    em.origin_comment(op)
+    blk.comment(f"groups of {size} columns: each group's mean and variance (bn_stats per "
+                f"chunk of <= {BN_STATS_FMAX}, bn_aggr), then (x - mean) * rstd per group on "
+                "the Scalar Engine")
+    per = f" * {chunks}" if chunks > 1 else ""
+    blk.line(f"{stats} = nl.ndarray((p, {runs}{per}, 6), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"{mv} = nl.ndarray((p, {runs}, 2), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"for gj in range({runs}):")
+    for k in range(chunks):
+        lo, width = k * BN_STATS_FMAX, min(BN_STATS_FMAX, size - k * BN_STATS_FMAX)
+        at = f"gj * {chunks} + {k}" if chunks > 1 else "gj"
+        start = f"gj * {size} + {lo}" if lo else f"gj * {size}"
+        blk.line(f"    nisa.bn_stats(dst={stats}[0:p, {at}, 0:6], "
+                 f"data={x}[0:p, nl.ds({start}, {width})])")
+    group = f"nl.ds(gj * {chunks}, {chunks})" if chunks > 1 else "gj:gj + 1"
+    blk.line(f"    nisa.bn_aggr(dst={mv}[0:p, gj, 0:2], data={stats}[0:p, {group}, 0:6])")
+    blk.line(f"{rstd} = nl.rsqrt(nl.add({mv}[0:p, 0:{runs}, 1], {eps!r}))")
+    blk.line(f"{shift} = nl.ndarray((p, {runs}), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"nisa.scalar_tensor_tensor(dst={shift}, data={mv}[0:p, 0:{runs}, 0], "
+             f"op0=nl.multiply, operand0=-1.0, op1=nl.multiply, operand1={rstd})")
+    blk.line(f"{out} = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.sbuf)")
+    blk.line(f"for gj in range({runs}):")
+    blk.line(f"    nisa.activation(dst={out}[0:p, nl.ds(gj * {size}, {size})], op=nl.copy, "
+             f"data={x}[0:p, nl.ds(gj * {size}, {size})], bias={shift}[0:p, gj:gj + 1], "
+             f"scale={rstd}[0:p, gj:gj + 1])")
+    em.busy["vector"] += quick.pass_ns("vector")
+    em.busy["scalar"] += quick.pass_ns("scalar")
+    return out

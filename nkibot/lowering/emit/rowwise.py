@@ -137,7 +137,8 @@ def _emit_stage(res: Resolved, pl: Placement, outputs: list[Output], kernel: Ker
     block = Block(depth=1)
     names = Names(set(kernel.names.taken) | {"o", "r0", "p", "c0", "q"})
     tile = TileEmitter(res, pl, block, names, views=kernel.leaf_views,
-                       totals=dict(final.totals), need_total=final.value, hoist=kernel.body)
+                       totals=dict(final.totals), need_total=final.value, hoist=kernel.body,
+                       aligned_tiles=True)
     params: list[str] = []
     mine = [op for op in res.ops if op.name in accs and pl.stage[_src(res, op)] == stage]
     for op in mine:
@@ -165,7 +166,7 @@ def _emit_stage(res: Resolved, pl: Placement, outputs: list[Output], kernel: Ker
     tiles = sum(1 for n in tile.done if pl.kinds.get(n) == FULL) + tile.scratch + sum(
         line.count("(p, q))") for line in block.lines)
     _emit_loops(kernel, pl, fn, params, sequential=bool(mine), whole_rows=whole_rows,
-                tiles=max(tiles, 1))
+                tiles=max(tiles, 1), align=tile.align)
 
 
 def _accumulate(tile: TileEmitter, res: Resolved, pl: Placement, op: Op, acc: str) -> None:
@@ -219,7 +220,7 @@ def _write_as(block: Block, var: str, dtype: str) -> bool:
 
 
 def _emit_loops(kernel: Kernel, pl: Placement, fn: str, params: list[str], sequential: bool,
-                whole_rows: bool, tiles: int) -> None:
+                whole_rows: bool, tiles: int, align: int = 1) -> None:
     frame, body = pl.frame, kernel.body
     if whole_rows and tiles * frame.cols * 4 > SBUF_BUDGET:
         raise LayoutError(f"rows of {frame.cols} elements reduced whole need {tiles} live tiles "
@@ -227,6 +228,11 @@ def _emit_loops(kernel: Kernel, pl: Placement, fn: str, params: list[str], seque
     # column tile: as wide as the SBUF budget allows, a multiple of 128, at most QMAX
     fit = max(PMAX, SBUF_BUDGET // (tiles * 4) // PMAX * PMAX)
     q = frame.cols if whole_rows else min(frame.cols, QMAX, fit)
+    if q % align:  # whole column groups in every tile (a segnorm's; frame.cols holds them)
+        q = max(align, q // align * align)
+        if q * tiles * 4 > SBUF_BUDGET:
+            raise LayoutError(f"groups of {align} columns need {tiles} live tiles of "
+                              f"{align * 4} B per partition, over the SBUF budget")
     loop = "sequential_range" if sequential else "affine_range"
     o = "0"
     if frame.outer > 1:

@@ -24,7 +24,7 @@ OTHER: frozenset[str] = frozenset({"where", "view", "transpose", "matmul", "slic
                                    "conv", "pool", "scan", "flip", "triu",
                                    "tril", "blocknorm", "narrow", "select",
                                    "zeros", "attention", "permute", "expand",
-                                   "subscript", "fill", "gather", "cat"})
+                                   "subscript", "fill", "gather", "cat", "segnorm"})
 PRIMITIVES: frozenset[str] = UNARY | BINARY | REDUCE | OTHER
 
 

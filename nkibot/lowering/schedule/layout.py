@@ -289,6 +289,12 @@ def _place_op(res: Resolved, pl: Placement, op: Op, outputs: list[str]) -> None:
         kind = found[0]
     elif op.op in ("matmul", "transpose", "slice"):
         raise LayoutError(f"{op.origin}: {op.op} inside an elementwise/row graph")
+    elif op.op == "segnorm":  # runs of `size` columns along each row: whole in a row
+        size = int(str(op.attr("size")))
+        if kinds != [FULL] or pl.frame.perm or pl.frame.cols % size:
+            raise LayoutError(f"{op.origin}: groups of {size} elements do not lie along the "
+                              "rows of the layout")
+        kind = FULL
     elif op.op == "view":
         kind = _view_kind(pl, op, kinds[0], outputs, names[0] in pl.squeezed)
         stage = pl.stage[names[0]]

@@ -81,7 +81,10 @@ def expand_norms(graph: Graph, lowers_alone: Callable[[Op], bool]) -> Graph:
                 f"{op.shape[1]} channels of {math.prod(op.shape[2:])} positions does not fit "
                 "(up to 128 channels, rows within the SBUF budget): call model.eval() to use "
                 "the running statistics, or pass smaller shapes")
-        if op.op != "blocknorm" or kind not in ("group", "layer", "batch") or lowers_alone(op):
+        segmented = _segment_ops(op) if op.op == "blocknorm" and kind == "group" else None
+        if segmented is not None and lowers_alone(segmented[0]):
+            ops += segmented
+        elif op.op != "blocknorm" or kind not in ("group", "layer", "batch") or lowers_alone(op):
             ops.append(op)
         elif kind == "batch":
             ops += _batch_ops(op)
@@ -110,6 +113,27 @@ def _batch_ops(op: Op) -> list[Op]:
         y = emit(f"affine{i}", fold, (y, emit(f"param{i}", "view", (param,), channel)), shape)
     last = ops.pop()
     return [*ops, replace(last, name=op.name)]
+
+
+def _segment_ops(op: Op) -> list[Op] | None:
+    """A GroupNorm of a [N, C] value (no positions after the channels) as one `segnorm`:
+    each row's groups are runs of C / G consecutive elements, normalised where they lie
+    (emit/rowstats.segments), then the weight and bias per column. With no [N, G, C / G]
+    view the value keeps the row layout of the op that made it, so a matmul's epilogue
+    takes the norm into its output tiles. None for any other GroupNorm."""
+    shape, x, params = op.shape, op.args[0], op.args[1:]
+    if len(shape) < 2 or math.prod(shape[2:]) != 1:
+        return None
+    size = shape[1] // int(str(op.attr("groups")))
+    ops = [Op(f"{op.name}_normed", "segnorm", (x,), shape, "float32", op.origin,
+              (("eps", float(str(op.attr("eps")))), ("size", size)))]
+    channel = (shape[1], *(1,) * (len(shape) - 2))
+    for i, (param, fold) in enumerate(zip(params, ("mul", "add"), strict=False)):
+        ops.append(Op(f"{op.name}_param{i}", "view", (param,), channel, "float32", op.origin))
+        ops.append(Op(f"{op.name}_affine{i}", fold, (Ref(ops[-2].name), Ref(ops[-1].name)),
+                      shape, "float32", op.origin))
+    last = ops.pop()
+    return [*ops, replace(last, name=op.name, dtype=op.dtype)]
 
 
 def _norm_ops(op: Op, kind: str) -> list[Op]:
