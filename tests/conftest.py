@@ -27,6 +27,10 @@ def neuron_device_present() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the linters (mypy --strict over nkibot/ is the longest test, minutes with a cold
+    # cache) start first, so that under pytest-xdist (-n auto) they run beside the rest
+    # instead of holding one worker alone at the end
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/test_quality.py"))
     if neuron_device_present():
         return
     skip = pytest.mark.skip(
