@@ -83,8 +83,11 @@ def _prefix(sizes: tuple[int, ...], taps: tuple[int, ...]) -> bool:
 def _score(spec: ConvSpec, fold: Fold, elem_bytes: int) -> float:
     """Nanoseconds per batch element and group, by the cost model's constants (trn1): each
     matmul max(N, 64) cycles at 2.8 GHz (fp32 4x), over every output position; each plane
-    copy its bytes at 16 queues x 17 B/ns, counted twice (a batch element's loads overlap
-    the matmuls that wait for them only in part)."""
+    copy its bytes at 16 queues x 17 B/ns, once: the plane is a loop body's tile, which
+    the cost model rotates through two buffers (constants.LOOP_BUFFERS), so a batch
+    element's plane loads while the previous one's matmuls run. Counted twice (until
+    2026-12-07), a fold of more blocks lost every tie it won on the model: level 2 1 (16
+    channels, 3 x 3) took 3 blocks at 0.486 of the roofline where 6 give 0.529."""
     positions = math.prod(max(d.size_out, 1) for d in spec.dims)
     pe = pe_ns(math.prod(fold.outer) * -(-spec.cout_g // PMAX) * max(positions, 64),
                elem_bytes)
@@ -94,7 +97,7 @@ def _score(spec: ConvSpec, fold: Fold, elem_bytes: int) -> float:
         # each block: its plane zeroed, then its input copied to every up-th position
         per = math.prod(d.plane for d in spec.dims) + math.prod(d.size_in for d in spec.dims)
         scatter = fold.blocks * per * pass_ns("gpsimd", elem_bytes)
-    return pe + load_ns(2 * plane) + scatter
+    return pe + load_ns(plane) + scatter
 
 
 def shifted(placed: tuple[int, int, int], d: Dim, shift: int) -> tuple[int, int, int]:
