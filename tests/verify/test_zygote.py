@@ -26,8 +26,11 @@ from nkibot.verify.reference import compute_reference
 from nkibot.verify.sandbox import Confinement, python_module_argv, run_sandboxed
 
 WARM = "warm: forked from the conversion's torch sandbox"
-#: Seconds a loaded host may add between the test's clock and the run's own start.
-SCHEDULING_S = 3.0
+#: Seconds a loaded host may add between the test's clock and the run's own start. The
+#: hang under test is 120 s, so the bound still tells a deadline kept from one missed; a
+#: 2-core CI host running the suite on two xdist workers beside verification runs took
+#: 12.6 s against a bound of 11 (2026-12-07).
+SCHEDULING_S = 10.0
 
 PROBE = '''
 import json as _json, os as _os, sys as _sys
