@@ -314,6 +314,22 @@ def _emit_rows(kernel: Kernel, op: Op, hw: int, inv: float, eps: float, cols: li
     else:
         rowstats.emit_group_moments(blk, "xt", "p", hw, "bd", cg)
         inv = 1.0 / cg
+    _emit_scale_shift(blk, inv, eps, cols)
+    blk.comment("out = x * scale + shift, on the Scalar Engine")
+    blk.line(f"y = nl.ndarray((p, {hw}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
+    blk.line("nisa.activation(dst=y, op=nl.copy, data=xt, scale=scale, bias=shift)")
+    blk.line(f"nisa.dma_copy(dst=out_v[nl.ds(r0, p), 0:{hw}], src=y)")
+    head = ", ".join(["x_v", "out_v", "bd", *cols])
+    kernel.helpers.append([f"def {fn}({head}, r0, p):",
+                           f'    """{op.origin}: rows r0..r0+p, whole batch elements."""',
+                           *blk.lines])
+    return fn
+
+
+def _emit_scale_shift(blk: Block, inv: float, eps: float, cols: list[str]) -> None:
+    """Lines leaving the per-row `scale` = w * (var * inv + eps) ** -0.5 and `shift` = b +
+    neg_mean * scale ([p, 1] each) from the group statistics `var` and `neg_mean` and the
+    affine columns `cols` (weight, then bias; either may be absent): both row forms."""
     blk.line("scale = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
     blk.line(f"nisa.tensor_scalar(dst=scale, data=var, op0=nl.multiply, operand0={inv!r}, "
              f"op1=nl.add, operand1={eps!r})")
@@ -329,15 +345,6 @@ def _emit_rows(kernel: Kernel, op: Op, hw: int, inv: float, eps: float, cols: li
                  f"operand0=scale, op1=nl.add, operand1={cols[1]}[0:p, 0:1])")
     else:
         blk.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
-    blk.comment("out = x * scale + shift, on the Scalar Engine")
-    blk.line(f"y = nl.ndarray((p, {hw}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
-    blk.line("nisa.activation(dst=y, op=nl.copy, data=xt, scale=scale, bias=shift)")
-    blk.line(f"nisa.dma_copy(dst=out_v[nl.ds(r0, p), 0:{hw}], src=y)")
-    head = ", ".join(["x_v", "out_v", "bd", *cols])
-    kernel.helpers.append([f"def {fn}({head}, r0, p):",
-                           f'    """{op.origin}: rows r0..r0+p, whole batch elements."""',
-                           *blk.lines])
-    return fn
 
 
 def _emit_long_rows(kernel: Kernel, op: Op, hw: int, eps: float, cols: list[str],
@@ -378,19 +385,7 @@ def _emit_long_rows(kernel: Kernel, op: Op, hw: int, eps: float, cols: list[str]
     blk.line("mv = nl.ndarray((p, 2), dtype=nl.float32, buffer=nl.sbuf)")
     blk.line("nisa.bn_aggr(dst=mv, data=stats)")
     rowstats.emit_combine(blk, "mv", "p", "bd", cg)
-    blk.line("scale = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
-    blk.line(f"nisa.tensor_scalar(dst=scale, data=var, op0=nl.multiply, operand0={1.0 / cg!r}, "
-             f"op1=nl.add, operand1={eps!r})")
-    blk.line("nisa.activation(dst=scale, op=nl.rsqrt, data=scale)")
-    if cols:
-        blk.line(f"nisa.tensor_tensor(dst=scale, data1=scale, data2={cols[0]}[0:p, 0:1], "
-                 "op=nl.multiply)")
-    blk.line("shift = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)")
-    if len(cols) > 1:
-        blk.line("nisa.scalar_tensor_tensor(dst=shift, data=neg_mean, op0=nl.multiply, "
-                 f"operand0=scale, op1=nl.add, operand1={cols[1]}[0:p, 0:1])")
-    else:
-        blk.line("nisa.tensor_tensor(dst=shift, data1=neg_mean, data2=scale, op=nl.multiply)")
+    _emit_scale_shift(blk, 1.0 / cg, eps, cols)
     blk.comment("pass 2: out = x * scale + shift, on the Scalar Engine, chunk by chunk")
 
     def normalise(start: str, size: int) -> None:

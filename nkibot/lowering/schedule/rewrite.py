@@ -121,23 +121,31 @@ def _segment_ops(op: Op) -> list[Op] | None:
     (emit/rowstats.segments), then the weight and bias per column. With no [N, G, C / G]
     view the value keeps the row layout of the op that made it, so a matmul's epilogue
     takes the norm into its output tiles. None for any other GroupNorm."""
-    shape, x, params = op.shape, op.args[0], op.args[1:]
+    shape, x = op.shape, op.args[0]
     if len(shape) < 2 or math.prod(shape[2:]) != 1:
         return None
     size = shape[1] // int(str(op.attr("groups")))
-    ops = [Op(f"{op.name}_normed", "segnorm", (x,), shape, "float32", op.origin,
-              (("eps", float(str(op.attr("eps")))), ("size", size)))]
-    channel = (shape[1], *(1,) * (len(shape) - 2))
-    for i, (param, fold) in enumerate(zip(params, ("mul", "add"), strict=False)):
-        ops.append(Op(f"{op.name}_param{i}", "view", (param,), channel, "float32", op.origin))
-        ops.append(Op(f"{op.name}_affine{i}", fold, (Ref(ops[-2].name), Ref(ops[-1].name)),
-                      shape, "float32", op.origin))
+    normed = Op(f"{op.name}_normed", "segnorm", (x,), shape, "float32", op.origin,
+                (("eps", float(str(op.attr("eps")))), ("size", size)))
+    return _with_affine(op, [normed], Ref(normed.name), (shape[1], *(1,) * (len(shape) - 2)))
+
+
+def _with_affine(op: Op, ops: list[Op], y: Ref, affine: tuple[int, ...]) -> list[Op]:
+    """`ops`, whose last value `y` is the normalised tensor, then the norm's weight and
+    bias (its args after the input) each viewed as `affine` and applied; the last op takes
+    the norm's name and dtype."""
+    for i, (param, fold) in enumerate(zip(op.args[1:], ("mul", "add"), strict=False)):
+        assert isinstance(param, Ref)
+        view = Op(f"{op.name}_param{i}", "view", (param,), affine, "float32", op.origin)
+        ops += [view, Op(f"{op.name}_affine{i}", fold, (y, Ref(view.name)), op.shape,
+                         "float32", op.origin)]
+        y = Ref(ops[-1].name)
     last = ops.pop()
     return [*ops, replace(last, name=op.name, dtype=op.dtype)]
 
 
 def _norm_ops(op: Op, kind: str) -> list[Op]:
-    shape, x, params = op.shape, op.args[0], op.args[1:]
+    shape, x = op.shape, op.args[0]
     rows: tuple[int, ...]
     if kind == "group":
         groups = int(str(op.attr("groups")))
@@ -166,11 +174,7 @@ def _norm_ops(op: Op, kind: str) -> list[Op]:
                                    (*rows, 1), dims=(n,)), 1.0 / size), (*rows, 1))
     rstd = emit("rstd", "rsqrt", (emit("vareps", "add", (var, eps), (*rows, 1)),), (*rows, 1))
     y = emit("normed", "view", (emit("scaled", "mul", (centred, rstd), row),), shape)
-    for i, (param, fold) in enumerate(zip(params, ("mul", "add"), strict=False)):
-        assert isinstance(param, Ref)
-        y = emit(f"affine{i}", fold, (y, emit(f"param{i}", "view", (param,), affine)), shape)
-    last = ops.pop()
-    return [*ops, replace(last, name=op.name, dtype=op.dtype)]
+    return _with_affine(op, ops, y, affine)
 
 
 def split_wide_convs(graph: Graph) -> Graph:
