@@ -150,6 +150,20 @@ class TestGeneratedSource:
         assert "op=nl.silu" in text and "op=nl.sigmoid" in text, text
         check_on_sim(task)
 
+    def test_leaky_relu_is_one_two_operand_pass(self) -> None:
+        """leaky_relu(x, s) is max(x, s * x) for s <= 1 (negative slopes too) and
+        min(x, s * x) for s > 1: one scalar_tensor_tensor, where max(x, 0) + s * min(x, 0)
+        took a tensor_scalar and a scalar_tensor_tensor (level 2 71, conv then leaky ReLU:
+        0.376 -> 0.483 of the roofline)."""
+        task = make_task(module_source(
+            "F.leaky_relu(x, 0.01) + F.leaky_relu(x - 1.0, 1.5) * F.leaky_relu(x, -0.5)"),
+            [(130, 72)])
+        text = lower_ok(task).source
+        assert text.count("nisa.scalar_tensor_tensor(") == 3, text
+        assert "op0=nl.multiply, operand0=1.5, reverse0=False, op1=nl.minimum" in text, text
+        assert "operand0=0.0," not in text and "nisa.tensor_scalar(" not in text, text
+        check_on_sim(task)
+
     def test_a_product_with_another_gate_is_left_alone(self) -> None:
         """x * sigmoid(y) is not silu: it stays a product."""
         task = make_task(module_source("x * torch.sigmoid(x * 2.0)"), [(64, 40)])

@@ -186,8 +186,9 @@ def _relu6(s: Sink, a: list[object], k: dict[str, object]) -> object:
 @register("leaky_relu")
 def _leaky_relu(s: Sink, a: list[object], k: dict[str, object]) -> object:
     x, slope = tensor(a[0]), get(a, k, 1, "negative_slope", 0.01)
-    neg = s.mul(s.emit("minimum", x, 0.0), slope)  # type: ignore[arg-type]
-    return s.add(s.emit("maximum", x, 0.0), neg, last=True)
+    # max(x, s * x) when s <= 1 (min when s > 1): one fused op where the split form is three
+    pick = "maximum" if float(slope) <= 1.0 else "minimum"  # type: ignore[arg-type]
+    return s.emit(pick, x, s.mul(x, slope), last=True)  # type: ignore[arg-type]
 
 
 def _elu_like(s: Sink, x: Arg, alpha: float, scale: float) -> Arg:
