@@ -169,10 +169,13 @@ POOL2 = "\n        self.pool = nn.{}({})"
      (1, 4, 201, 200)),
 ])
 def test_window_pool_fused_and_verified(init: str, expr: str, shape: tuple[int, ...]) -> None:
+    """The other dims' window offsets fold with no copy: the first two in one instruction
+    (level 2 35: 0.354 -> 0.389 of the roofline, model estimate trn1)."""
     task = make_task(module_source(expr, init=init), [shape])
     lowered = lower_ok(task)
     assert lowered.plan == [], lowered.plan
     assert "pool of" in lowered.source and "buffer=nl.hbm" not in lowered.source
+    assert "nisa.tensor_copy(dst=pv" not in lowered.source, lowered.source
     if shape[-1] > 150:
         assert "def conv_band(" in lowered.source
     check_on_sim(task)

@@ -36,11 +36,12 @@ def vector_load(form: object) -> float:
     """Modelled ns per element of the conv tile a fused pool or reduction gives the Vector
     Engine after the tail (the tail balances against it): a global pool's fold and a
     channel fold read the tile once; a window pool's first fold reads it once and its
-    others (kernel[0] - 1 of them, two inputs each) a k-th of it each."""
+    others (one fewer than the other dims' window offsets, two inputs each) a k-th of it
+    each."""
     one = PASS_NS["vector"]
     if isinstance(form, WindowForm):
         k = math.prod(form.kernel)
-        return one * (1 + 2 * (form.kernel[0] - 1) / k)
+        return one * (1 + 2 * (math.prod(form.kernel[:-1]) - 1) / k)
     return one if isinstance(form, PoolForm | AcrossForm) else 0.0
 
 
@@ -255,14 +256,11 @@ def emit_window(blk: Block, win: WindowForm, sp: list[str], flat: str | None,
     if len(outer) > 1:
         blk.line(f"pv = nl.ndarray((csz, {', '.join(psizes)}), dtype=nl.float32, "
                  "buffer=nl.sbuf)")
-        for j, off in enumerate(outer):
-            view = ", ".join([*(f"{o}:{v}sz:{k}" for o, v, k in zip(
-                off, sp, win.kernel, strict=False)), f"0:{psizes[-1]}"])
-            if j == 0:
-                blk.line(f"nisa.tensor_copy(dst=pv, src={src}[0:csz, {view}])")
-            else:
-                blk.line(f"nisa.tensor_tensor(dst=pv, data1=pv, data2={src}[0:csz, {view}], "
-                         f"op={op})")
+        views = [f"{src}[0:csz, " + ", ".join([*(f"{o}:{v}sz:{k}" for o, v, k in zip(
+            off, sp, win.kernel, strict=False)), f"0:{psizes[-1]}"]) + "]" for off in outer]
+        for j, view in enumerate(views[1:]):  # the first two offsets in one instruction
+            blk.line(f"nisa.tensor_tensor(dst=pv, data1={views[0] if j == 0 else 'pv'}, "
+                     f"data2={view}, op={op})")
         src = "pv"
     if win.kind == "avg":
         blk.line(f"nisa.tensor_scalar(dst={src}, data={src}, op0=nl.multiply, "
