@@ -465,6 +465,11 @@ class TestEvictionEpilogue:
          (2, 4, 15, 13)),
         ("nn.Conv1d(3, 96, 5, padding=2)", "nn.BatchNorm1d(96)", "", (2, 3, 40)),
         ("nn.Conv2d(4, 8, 3, groups=2)", "nn.BatchNorm2d(8)", "F.silu", (1, 4, 9, 9)),
+        # a transposed conv of stride 1 is a conv of flipped taps: its eviction takes the
+        # norm too (level 2 11: 5 stages -> 2, 0.475 -> 0.657 of the roofline)
+        ("nn.ConvTranspose2d(4, 8, 3, padding=1)", "nn.BatchNorm2d(8)", "torch.tanh",
+         (2, 4, 9, 10)),
+        ("nn.ConvTranspose1d(6, 16, 5)", "nn.BatchNorm1d(16)", "", (2, 6, 30)),
     ])
     def test_folded_into_the_eviction(self, conv: str, bn: str, act: str,
                                       shape: tuple[int, ...]) -> None:
@@ -475,6 +480,18 @@ class TestEvictionEpilogue:
         assert lowered.plan == [], lowered.plan
         assert "def fold_norm(" in lowered.source
         assert "nisa.activation(dst=res, op=" in lowered.source
+        check_on_sim(task)
+
+    def test_a_zero_inserted_transposed_conv_folds_its_norm(self) -> None:
+        """A strided transposed conv the phase form does not take runs over its
+        zero-inserted plane, tile by tile like any conv: its eviction takes the norm."""
+        ctor, shape = CONVS["tconv3d_zero_inserted_folded"]
+        init = f"        self.conv = {ctor}\n        self.bn = nn.BatchNorm3d(4)\n" + BN_STATS
+        task = make_task(module_source("torch.relu(self.bn(self.conv(x)))", init=init),
+                         [shape])
+        lowered = lower_ok(task)
+        assert lowered.plan == [] and "def fold_norm(" in lowered.source, lowered.plan
+        assert "zero-inserted" in lowered.source and "op=nl.relu, data=acc" in lowered.source
         check_on_sim(task)
 
     def test_conv_bias_and_activation(self) -> None:

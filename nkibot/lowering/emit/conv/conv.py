@@ -114,7 +114,7 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     by_phase = phased is not None and phasefold.faster(spec, phased)
     tail: convtail.TailCall | None = None
     fused: convpool.Fused | None = None
-    if epi is not None and spec.transposed and epi.prefix:
+    if epi is not None and by_phase and epi.prefix:
         epi = as_tail(res, op, epi) or epi  # its activations and clamps as tail ops
     if epi is not None and (epi.tail or epi.reduce or epi.window) and (
             spec.groups > 1 and spec.cout_g < TAIL_MIN_CHANNELS):
@@ -139,7 +139,7 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         if (TAIL_DECISION, "staged") not in kernel.alternatives:
             kernel.alternatives.append((TAIL_DECISION, "staged"))
     if epi is not None:
-        if (spec.transposed and epi.prefix) or (depthwise.fits(spec) and (
+        if (by_phase and epi.prefix) or (depthwise.fits(spec) and (
                 epi.residual is not None or spec.cout != spec.cin or epi.tail or fused)):
             raise LayoutError(f"{epi.origins} on a transposed conv's eviction, or a residual, "
                               "a channel multiplier or a tail on a depthwise one's (staged "

@@ -65,7 +65,8 @@ class Epilogue:
     @property
     def prefix(self) -> bool:
         """Whether the eviction itself does work (a folded norm, steps or a residual) beyond
-        the conv's bias: transposed and banded forms take a tail only."""
+        the conv's bias: the phase-by-phase (strided transposed) and banded forms take a
+        tail only."""
         return self.norm is not None or bool(self.steps) or self.residual is not None
 
 
@@ -245,7 +246,8 @@ def _find(res: Resolved, conv: Op, rest: list[Op], last: str) -> Epilogue | None
 
 def as_tail(res: Resolved, conv: Op, epi: Epilogue) -> Epilogue | None:
     """`epi` with its steps (a residual add too) moved into the tail, for a form whose
-    eviction takes only the bias (a transposed conv's); None when it has a norm to fold."""
+    eviction takes only the bias (a transposed conv's, phase by phase); None when it has a
+    norm to fold."""
     if epi.norm is not None or not epi.steps:
         return epi if not epi.prefix else None
     ops = (*epi.steps, *epi.tail)
