@@ -182,7 +182,7 @@ class TestConvSource:
         pair one static call; the tiles store at both bands' offsets."""
         source = lower_ok(conv_task(name)).source
         assert "bands of 1 output row of dim 0 x 52 of dim 1" in source
-        assert "def conv_band(x_v, w_sb, b_v, out_v, n, g, z0, rows, y0, cols):" in source
+        assert "def conv_band(x_v, w_sb, b_sb, out_v, n, g, z0, rows, y0, cols):" in source
         assert "nl.ds(z0 + s00, s0sz), nl.ds(y0 + s10, s1sz), nl.ds(s20, s2sz)" in source
         calls = re.findall(r"^ +conv_band\w*\(x_v, ", source, re.MULTILINE)
         assert len(calls) == 2 * 2  # 2 output rows of dim 0 x 2 bands of dim 1

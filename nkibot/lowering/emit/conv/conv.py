@@ -223,7 +223,7 @@ def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,
     """The output tiles over the loaded plane x_sb (channels x positions), then a global
     pool's fold of their partials; closes the batch and group loops the caller opened."""
     sp = _sp(spec)
-    params = "x_sb, w_sb, " + ("b_v, " if has_bias else "") + convload.out_views(extra) + ", n, g"
+    params = "x_sb, w_sb, " + ("b_sb, " if has_bias else "") + convload.out_views(extra) + ", n, g"
     if fold.rows > 1:
         convband.emit_tile_grid(body, spec, fold, out_tiles(grouped(spec, fold)), params, tile_fn)
     else:
@@ -286,10 +286,12 @@ def _emit_body(kernel: Kernel, spec: ConvSpec, x: str, w: str, bias: str | None,
     body.comment("weights stay resident for every batch element and output tile of group g"
                  + _fold_note(spec, fold))
     convload.emit_weights(body, spec, fold, compute)
+    if bias is not None:
+        convload.emit_resident_bias(body, spec, 2 if pair else 1, fold.rows)
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
     if slab is not None:
-        head = "x_v, w_sb, " + ("b_v, " if bias is not None else "") + convload.out_views(
+        head = "x_v, w_sb, " + ("b_sb, " if bias is not None else "") + convload.out_views(
             extra) + ", n, g"
         finish = None
         if pool is not None:
@@ -337,7 +339,7 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     if epi is not None:
         if fold.rows > 1:
             raise LayoutError(f"{epi.origins} on a banded conv's eviction (staged instead)")
-        _emit_eviction(blk, epi, bias, index, halves)
+        _emit_eviction(blk, epi, spec if bias else None, index, halves)
         tiles = [t for _, t in slab] if slab else list(tile_sizes(spec, banks))
         tiles += list(out_tiles(spec))[len(tiles):]
         if isinstance(fused, convpool.WindowForm):
@@ -359,7 +361,7 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     elif fold.rows > 1:
         convband.emit_store(blk, spec, fold, bias, index)
     elif bias:
-        blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
+        blk.line(f"b_t = {convload.bias_cols(spec, '0:1')}")
         blk.comment("bias: one value per output channel (partition)")
         for acc, _, dst, guard in halves:
             with _bank(blk, guard):
@@ -385,7 +387,7 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
     args = ", ".join(f"{v}0, {v}sz" for v in sp) + (", rlast" if fold.rows > 1 else "") + (
         ", t" if pooled else "") + "".join(f", p{i}0, p{i}sz" for i in range(len(sp)) if (
             isinstance(fused, convpool.WindowForm)))
-    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + convload.out_views(extra) + ", n, g" + (
+    head = "x_sb, w_sb, " + ("b_sb, " if bias else "") + convload.out_views(extra) + ", n, g" + (
         "".join(f", {z}" for z in starts))
     kernel.helpers.append([
         f"def {fn}({head}, c0, csz, {args}):",
@@ -427,19 +429,20 @@ def _bank(blk: Block, guard: str) -> Iterator[None]:
         blk.dedent()
 
 
-def _emit_eviction(blk: Block, epi: Epilogue, bias: bool, index: list[str],
+def _emit_eviction(blk: Block, epi: Epilogue, bias: ConvSpec | None, index: list[str],
                    halves: list[Half]) -> None:
     """PSUM -> SBUF: the folded BatchNorm (or the bias), a residual right after it and the
     first activation in one Scalar Engine `activation` (the residual by one Vector
     instruction before it), per PSUM bank of the tile (`halves`); later steps once, on the
-    SBUF tile."""
+    SBUF tile (`bias`: the conv's spec when it has a bias or a folded norm, whose columns
+    the tile reads from the resident b_sb)."""
     steps = list(epi.steps)
     scale = shift = None
     if epi.norm is not None:
-        blk.line("st = nl.load(b_v[g, nl.ds(c0, csz), 0:2], dtype=nl.float32)")
-        scale, shift = "st[0:csz, 0:1]", "st[0:csz, 1:2]"
-    elif bias:
-        blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
+        assert bias is not None  # the norm's table is the bias
+        scale, shift = convload.bias_cols(bias, "0:1"), convload.bias_cols(bias, "1:2")
+    elif bias is not None:
+        blk.line(f"b_t = {convload.bias_cols(bias, '0:1')}")
         shift = "b_t"
     residual = bool(steps) and steps[0].op == "add"
     origin = steps[0].origin if residual else ""

@@ -30,11 +30,8 @@ def emit_store(blk: Block, spec: ConvSpec, fold: Fold, bias: bool, index: list[s
     cout, rows, i = spec.cout_g, fold.rows, fold.band
     v = f"s{i}"
     if bias:
-        blk.line(f"b_t = nl.ndarray(({cout * rows}, 1), dtype=nl.float32, buffer=nl.sbuf)")
-        blk.line(f"for r in range({rows}):")
-        blk.line(f"    nisa.dma_copy(dst=b_t[r * {cout}:(r + 1) * {cout}, 0:1], "
-                 f"src=b_v[g, 0:{cout}, 0:1])")
-        blk.comment("bias: one value per column (output channel of a band row)")
+        blk.comment("bias: one value per column (output channel of a band row), resident")
+        blk.line(f"b_t = b_sb[0:{cout * rows}, 0, 0:1]")
         blk.line("nisa.tensor_scalar(dst=res, data=acc, op0=nl.add, operand0=b_t)")
     else:
         blk.line("nisa.tensor_copy(dst=res, src=acc)")

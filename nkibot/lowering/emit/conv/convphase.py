@@ -78,6 +78,8 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
                      f" ({fold.f} taps a matmul, stacked on the partitions)" if fold.f > 1
                      else ""))
     _emit_weights(body, spec, dims, fold, compute)
+    if bias is not None:
+        convload.emit_resident_bias(body, spec, 1)
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
     body.comment("by output phase: the ORIGINAL input plane, padded only where a phase's "
@@ -89,7 +91,7 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     convload.emit_plane(body, plane, convfold.Fold(sizes, sizes), compute)
     sp = [f"s{i}" for i in range(len(spec.dims))]
     views = convload.out_views(tail.views if tail else ())
-    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + f"{views}, n, g"
+    params = "x_sb, w_sb, " + ("b_sb, " if bias else "") + f"{views}, n, g"
     fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
     axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
         sp, spec.dims, phasefold.phase_tiles(spec, dims), strict=True)]
@@ -107,7 +109,7 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     sizes = ", ".join(f"{v}sz" for v in sp)
     blk.line(f"res = nl.ndarray((csz, {sizes}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
     if bias:
-        blk.line("b_t = nl.load(b_v[g, nl.ds(c0, csz), 0:1], dtype=nl.float32)")
+        blk.line(f"b_t = {convload.bias_cols(spec, '0:1')}")
     engine = phasefold.evict_engine(dict(tail.busy) if tail is not None else None)
     for combo in itertools.product(*(p.phases for p in dims)):
         _emit_phase(blk, spec, dims, combo, (bias, engine), fold)
@@ -121,7 +123,7 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     blk.comment("the whole tile, stored contiguously")
     blk.line(f"nl.store(out_v[n, g, nl.ds(c0, csz), {index}], res)")
     args = ", ".join(f"{v}0, {v}sz" for v in sp)
-    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + convload.out_views(
+    head = "x_sb, w_sb, " + ("b_sb, " if bias else "") + convload.out_views(
         tail.views if tail else ()) + ", n, g"
     kernel.helpers.append([
         f"def {fn}({head}, c0, csz, {args}):",

@@ -50,6 +50,8 @@ def emit(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Phase
                  f"partitions, {band.rows} phase rows of dim {band.dim} on the columns (a "
                  "banded weight matrix: few output channels fill few columns)")
     _emit_weights(body, spec, dims, band, compute)
+    if bias is not None:
+        convload.emit_resident_bias(body, spec, 1, band.rows)
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
     body.comment("by output phase: the ORIGINAL input plane, padded only where a phase's "
@@ -111,7 +113,7 @@ def _emit_grid(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], band: Ph
                bias: bool, fn: str) -> None:
     """The tiles over whole groups, then a last group with fewer rows (if any) apart."""
     sp = [f"s{j}" for j in range(len(spec.dims))]
-    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"
+    params = "x_sb, w_sb, " + ("b_sb, " if bias else "") + "out_v, n, g"
     fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
     i, n = band.dim, groups(spec, dims, band)
     last = _last_rows(spec, dims, band)
@@ -200,10 +202,7 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band:
     shape = ", ".join(f"{v}sz, {stride}" if j == i else f"{v}sz" for j, v in enumerate(sp))
     blk.line(f"res = nl.ndarray((csz, {shape}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
     if bias:
-        blk.line(f"b_t = nl.ndarray(({cout * rows}, 1), dtype=nl.float32, buffer=nl.sbuf)")
-        blk.line(f"for r in range({rows}):")
-        blk.line(f"    nisa.dma_copy(dst=b_t[r * {cout}:(r + 1) * {cout}, 0:1], "
-                 f"src=b_v[g, 0:{cout}, 0:1])")
+        blk.line(f"b_t = b_sb[0:{cout * rows}, 0, 0:1]  # bias, a column per band row x channel")
     engine = phasefold.evict_engine(dict(tail.busy) if tail is not None else None)
     for combo in itertools.product(*(p.phases for p in dims)):
         _emit_phase(blk, spec, dims, band, combo, (bias, engine))
@@ -231,7 +230,7 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band:
     for _ in range(3):
         blk.dedent()
     args = ", ".join(f"{u}0, {u}sz" for u in sp)
-    head = "x_sb, w_sb, " + ("b_v, " if bias else "") + "out_v, n, g"
+    head = "x_sb, w_sb, " + ("b_sb, " if bias else "") + "out_v, n, g"
     kernel.helpers.append([
         f"def {fn}({head}, c0, csz, {args}, rlast):",
         '    """Output rows of a band (columns r * cout + co) at one tile, phase by phase; '

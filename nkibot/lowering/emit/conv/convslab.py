@@ -197,7 +197,7 @@ def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: s
         _block(blk, spec, group, slabs, compute)
     sp = [f"s{i}" for i in range(len(spec.dims))]
     starts = ", ".join(band_starts(nb))
-    params = "x_sb, w_sb, " + ("b_v, " if bias else "") + convload.out_views(extra) + (
+    params = "x_sb, w_sb, " + ("b_sb, " if bias else "") + convload.out_views(extra) + (
         f", n, g, {starts}")
     fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
     axes = [Axis("c", spec.cout_g, PMAX)] + [
@@ -216,7 +216,7 @@ def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: s
     pooled = "part" in extra  # a global pool's partials: this band's from column t0
     emit_grid(blk, axes, f"{tile_fn}({params}, {fields}" + (", t0 + {t})" if pooled else ")"),
               "affine_range", index=() if pooled else None)
-    head = "x_v, w_sb, " + ("b_v, " if bias else "") + convload.out_views(extra) + ", n, g"
+    head = "x_v, w_sb, " + ("b_sb, " if bias else "") + convload.out_views(extra) + ", n, g"
     args = ", ".join(f"{v[4]}, {v[3]}" for v in _VARS[:nb]) + (", t0" if pooled else "")
     what = (f"Output rows z0..z0+{sizes[0]}, band-relative tiles." if nb == 1 else
             f"Output rows z0..z0+{sizes[0]} of dim 0 and y0..y0+{sizes[1]} of dim 1, "
