@@ -34,7 +34,14 @@ ON_CHIP = M.ON_CHIP
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 _MAX_ENTRIES = 24
-_MAX_DMA_GAPS = 64
+#: Busy intervals the DMA pool keeps (older ones fold into its floor, before which nothing
+#: is placed). A prefetch is ready one loop iteration before its use, so the pool must
+#: remember an iteration's transfers: at 64, level 2 46's next input plane (ready when
+#: the buffer two batch elements back was free) came after the 38 stores and loads of one
+#: batch element had pushed the floor past its ready time, and the PE waited on it, 16
+#: times (853 against 772 us; tests/sim/cost/test_dma_pool.py). A bound on the model's
+#: own work, not a hardware figure.
+DMA_GAPS_KEPT = 256
 #: A strided view's pattern, for `_disjoint`: (((stride, extent), ...) over its dims of
 #: extent > 1, outermost first, itemsize), and the byte offset of its lowest element.
 #: None when the strides do not nest (each stride at least the span of those inside it).
@@ -143,7 +150,7 @@ class Recorder:
         self.lines = {r: Timeline() for r in (*ENGINES, "sbuf_port", "psum_port")}
         self.busy = dict.fromkeys((*ENGINES, "dma"), 0.0)
         self.count_by = dict.fromkeys((*ENGINES, "dma"), 0)
-        self.dma_pool = Pool(_MAX_DMA_GAPS)  # the 16 queues' busy time (timeline.Pool)
+        self.dma_pool = Pool(DMA_GAPS_KEPT)  # the 16 queues' busy time (timeline.Pool)
         self.last: dict[str, int] = {}
         #: This recorder's current core: an allocation's and a view's cached records
         #: (`Allocation.cost`, `Handle.cost`) are valid only for the core that made them.
@@ -204,7 +211,7 @@ class Recorder:
         else:
             self.cores += 1
             self.lines = {r: Timeline() for r in self.lines}
-            self.dma_pool = Pool(_MAX_DMA_GAPS)
+            self.dma_pool = Pool(DMA_GAPS_KEPT)
             self.last, self.core = {}, object()
             self.vec = Vectorizer(self._issue, C.VECTORIZE_MAX_FREE, self.knobs.loop_vectorize)
         self.pid = pid

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from nkibot.sim.cost.schedule import DMA_GAPS_KEPT
 from nkibot.sim.cost.timeline import Pool
 
 
@@ -51,3 +52,17 @@ def test_back_to_back_run_is_skipped_not_walked() -> None:
         assert pool.place(0.0, 1.0) == float(i)
     assert len(pool.gap_ends) == 2  # before the run, and the open end after it
     assert pool.place(0.0, 1.0) == 1000.0
+
+
+def test_a_prefetch_fills_the_gaps_of_an_iterations_transfers() -> None:
+    """A transfer ready early (the next iteration's input, double-buffered) takes the idle
+    time between the transfers placed after its ready time, 150 of them here (one short
+    store a tile, as a conv's output tiles make): the pool keeps that many intervals."""
+    pool = Pool(DMA_GAPS_KEPT)
+    for i in range(150):
+        pool.fill(2.0 * i, 1.0)  # busy [2i, 2i + 1]
+    assert pool.fill(0.0, 100.0) == (1.0, 200.0)  # the first 100 gaps of 1.0
+    forgetful = Pool(64)  # the bound before 2026-12-07
+    for i in range(150):
+        forgetful.fill(2.0 * i, 1.0)
+    assert forgetful.fill(0.0, 100.0)[0] > 100.0
