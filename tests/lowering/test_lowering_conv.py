@@ -112,6 +112,17 @@ CONVS = {
     "tconv3d_phase_band_mixed": ("nn.ConvTranspose3d(8, 4, (3, 2, 5), stride=(2, 1, 3), "
                                  "padding=(1, 0, 2), output_padding=(1, 0, 1), groups=2)",
                                  (1, 8, 9, 15, 17)),
+    # by phase, taps of two dims a matmul (phasefold.PhaseBlocks): 2 x 2 of every phase
+    # (KernelBench level 2 93), phases of 1 and 2 taps a dim whose ragged bases contract
+    # zero-weight blocks (level 2 16), the same over an unpadded (flat-loaded) plane, and
+    # a 3-D conv folding all three dims
+    "tconv2d_phase_blocks": ("nn.ConvTranspose2d(32, 8, 4, stride=2)", (2, 32, 12, 14)),
+    "tconv2d_phase_blocks_holes": ("nn.ConvTranspose2d(16, 64, 3, stride=2, padding=1, "
+                                   "output_padding=1)", (2, 16, 40, 44)),
+    "tconv2d_phase_blocks_flat": ("nn.ConvTranspose2d(16, 64, 3, stride=2, padding=2)",
+                                  (1, 16, 40, 44)),
+    "tconv3d_phase_blocks": ("nn.ConvTranspose3d(8, 4, (3, 4, 4), stride=(1, 2, 2), "
+                             "padding=(1, 1, 1))", (1, 8, 4, 10, 10)),
 }
 
 
@@ -231,6 +242,26 @@ class TestConvSource:
         assert "zero-insertion" in lowered.source and "def conv_phase" not in lowered.source
         assert "w_sb[0:18" in lowered.source and "x_sb[0:18" in lowered.source
         assert lowered.source.count("nisa.nc_matmul(") == 1  # k2's loop only: 3 a tile
+
+    @pytest.mark.parametrize(("name", "rows"), [
+        ("tconv2d_phase_blocks", ["x_sb[0:128"]),
+        ("tconv2d_phase_blocks_holes", ["x_sb[0:64", "x_sb[0:48", "x_sb[0:32", "x_sb[0:16"]),
+        ("tconv2d_phase_blocks_flat", ["x_sb[0:64", "x_sb[0:16"]),
+        ("tconv3d_phase_blocks", ["x_sb[0:96"]),  # 3 x 2 x 2 taps: all three dims
+    ])
+    def test_taps_of_two_dims_fold_onto_partitions(self, name: str, rows: list[str]) -> None:
+        """Taps of both strided dims share a matmul: one a phase where folding one dim took
+        two (level 2 93: 0.364 -> 0.482 of the roofline, 16: 0.463 -> 0.510, model
+        estimate trn1); a base short of taps in some dim contracts its blocks up to its
+        last valid one, the blocks between holding zero weights (and a flat-loaded plane
+        zeroes each block's tail, so they read finite values)."""
+        lowered = lower_ok(conv_task(name))
+        assert "one tile per phase combination of dims" in lowered.source, lowered.source
+        for r in rows:
+            assert r in lowered.source, (r, lowered.source)
+        holes = name != "tconv2d_phase_blocks" and name != "tconv3d_phase_blocks"
+        assert ("nisa.memset(dst=w_p" in lowered.source) == holes
+        assert ("nisa.memset(dst=x_flat" in lowered.source) == name.endswith("_flat")
 
     def test_phase_taps_fold_onto_partitions(self) -> None:
         """48 input channels: 2 taps of a phase a matmul (96 rows), the ragged last on 48."""
@@ -438,11 +469,13 @@ class TestConvTail:
 
     def test_a_residual_on_partial_rows_is_staged(self) -> None:
         """A full-shape tensor in the tail needs tiles of whole rows: output rows of 1200
-        positions are split across tiles (two banks hold 1024), so the tail falls back to
-        a stage."""
+        positions fit one tile (three of its four banks) and fuse; rows of 2100 are split
+        across tiles (four banks hold 2048), so the tail falls back to a stage."""
         init = "        self.conv = nn.Conv2d(2, 3, 3)"
-        task = make_task(module_source("torch.relu(self.conv(x)) * y", args="x, y", init=init),
-                         [(1, 2, 3, 1202), (1, 3, 1, 1200)])
+        source = module_source("torch.relu(self.conv(x)) * y", args="x, y", init=init)
+        fits = make_task(source, [(1, 2, 3, 1202), (1, 3, 1, 1200)])
+        assert lower_ok(fits).plan == []
+        task = make_task(source, [(1, 2, 3, 2102), (1, 3, 1, 2100)])
         lowered = lower_ok(task)
         assert len(lowered.plan) == 2, lowered.plan
         check_on_sim(task)
@@ -560,21 +593,24 @@ WIDE = {
 }
 
 
-class TestTwoBankTiles:
-    """A plain conv tile that covers part of the output spans two PSUM banks, split along
-    the dim it covers in part: two matmul groups and two evictions, then one tail and one
-    store (convspec.bank_split). Ragged tiles whose rows fit one bank skip the second."""
+class TestMultiBankTiles:
+    """A plain conv tile that covers part of the output spans up to four PSUM banks
+    (convspec.TILE_BANKS), split along the dim it covers in part: a matmul group and an
+    eviction a bank, then one tail and one store (convspec.bank_split). A ragged tile skips
+    the banks it has no rows for."""
 
     @pytest.mark.parametrize(("init", "expr", "shape"), [
-        # bias only; the last tile's second bank ragged (68 rows: 36 + 32 = 18 + 18, 18 + 14)
+        # bias only; one tile of four banks, the last ragged (68 rows: 18 + 18 + 18 + 14)
         ("        self.conv = nn.Conv2d(3, 16, 3)", "self.conv(x)", (1, 3, 70, 30)),
+        # 98 rows: a tile of 4 x 18, then one of 18 + 8 that skips its last two banks
+        ("        self.conv = nn.Conv2d(3, 16, 3)", "torch.relu(self.conv(x))", (1, 3, 100, 30)),
         # no bias: a plain copy per bank
         ("        self.conv = nn.Conv2d(3, 16, 3, bias=False)", "self.conv(x)", (1, 3, 70, 30)),
         # folded BatchNorm, a residual per bank, then ReLU; the last tile in one bank
         ("        self.conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)\n"
          "        self.bn = nn.BatchNorm2d(8)\n" + BN_STATS,
          "torch.relu(self.bn(self.conv(x)) + x)", (1, 8, 40, 30)),
-        # a tail (HardSwish after ReLU, level 2 57) over both banks at once
+        # a tail (HardSwish after ReLU, level 2 57) over all banks at once
         ("        self.conv = nn.Conv2d(8, 32, 3)",
          "F.hardswish(torch.relu(self.conv(x))) * 2.0",
          (2, 8, 50, 20)),
@@ -584,7 +620,7 @@ class TestTwoBankTiles:
         # 3-D: banks split dim 0 (5 + 3 planes of 10 x 10)
         ("        self.conv = nn.Conv3d(3, 8, 3)", "torch.sigmoid(self.conv(x))",
          (1, 3, 10, 12, 12)),
-        # 1-D: two banks of 512 positions
+        # 1-D: four banks of 512 positions (the last 462)
         ("        self.conv = nn.Conv1d(4, 8, 3)", "self.conv(x)", (2, 4, 2000)),
     ])
     def test_matches_torch(self, init: str, expr: str, shape: tuple[int, ...]) -> None:
@@ -609,6 +645,13 @@ class TestTwoBankTiles:
         task = ctor_task("nn.Conv2d(3, 16, 3)", (1, 3, 70, 30), "bfloat16")
         assert "acc1 = nl.ndarray(" in lower_ok(task).source
         check_on_sim(task)
+
+    def test_four_banks_a_tile_at_most(self) -> None:
+        """68 rows of 18 a bank: four banks, the last guarded by the rows left for it; no
+        fifth (two tiles of four fill PSUM's eight banks)."""
+        source = lower_ok(ctor_task("nn.Conv2d(3, 16, 3)", (1, 3, 70, 30))).source
+        assert "acc3 = nl.ndarray(" in source and "if s0sz > 3 * h:" in source
+        assert "acc4" not in source
 
     def test_one_bank_when_dim_0_fits_it(self) -> None:
         task = ctor_task("nn.Conv2d(3, 16, 3)", (1, 3, 12, 30))

@@ -141,18 +141,19 @@ def flat_shift(dims: tuple[Dim, ...], planes: list[int], placed: list[tuple[int,
 
 
 def margins(dims: tuple[Dim, ...], planes: list[int], placed: list[tuple[int, int, int]],
-            u: tuple[int, ...], band: int = -1) -> list[list[str]]:
+            u: tuple[int, ...], band: int = -1, every: bool = False) -> list[list[str]]:
     """The plane regions block u's input does not cover and a window of an existing tap
     reads (padding), as slices per dim: each is zeroed, so no window reads an unwritten
     element. The last u * dilation positions of each dim, shifted out, are read by no
-    existing tap (`_prefix`), except in the banded dim, whose zero weights read them."""
+    existing tap (`_prefix`), except in the banded dim, whose zero weights read them (in
+    every dim when `every`: phase blocks under zero weights, phasefold.PhaseBlocks)."""
     here = [shifted(p, d, ui * d.dil) for p, d, ui in zip(placed, dims, u, strict=True)]
     if not all(c > 0 for _, c, _ in here) or any(d.up > 1 for d in dims):
         return [[f"0:{p}" for p in planes]]
     out = []
     for i, ((_, c, st), p, d, ui) in enumerate(zip(here, planes, dims, u, strict=True)):
         whole = [f"0:{q}" for q in planes]
-        for lo, hi in ((0, st), (st + c, p if i == band else p - ui * d.dil)):
+        for lo, hi in ((0, st), (st + c, p if every or i == band else p - ui * d.dil)):
             if hi > lo:
                 out.append([*whole[:i], f"{lo}:{hi}", *whole[i + 1:]])
     return out

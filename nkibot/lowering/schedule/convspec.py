@@ -109,18 +109,23 @@ def out_tiles(spec: ConvSpec) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-#: A tile that spans two PSUM banks: (the dim split between them, its rows per bank).
-Banks = tuple[int, int]
+#: A tile that spans PSUM banks: (the dim split between them, its rows per bank, banks).
+Banks = tuple[int, int, int]
+
+#: PSUM banks a plain conv tile spans at most (of 8 a partition: two tiles in flight).
+#: Level 2 at 2 banks against 4 (model estimate trn1): 42 against 44 tasks at >= 0.5 of the
+#: roofline, the same median; 57 alone lost (0.496 -> 0.479), 1, 31, 71 and 73 gained.
+TILE_BANKS = 4
 
 
-def bank_split(spec: ConvSpec) -> Banks | None:
-    """Where a plain tile should span two PSUM banks, else None.
+def bank_split(spec: ConvSpec, most: int = TILE_BANKS) -> Banks | None:
+    """Where a plain tile should span PSUM banks (up to `most`), else None.
 
     A tile is one matmul's output (<= 512 positions, one bank); its eviction, tail ops and
     store each pay a fixed cost (an instruction's access overhead, a DMA's ~1.3 us latency)
     that a 504-position tile barely amortises: level 2 57 (Conv2d 8 -> 64, 126 x 126 out)
-    spent 1,667 us where its DMA queues were busy 1,336 (model estimate trn1). Two banks a
-    tile (two matmuls, one eviction each, the rest once) halve those costs. The split dim
+    spent 1,667 us where its DMA queues were busy 1,336 (model estimate trn1). n banks a
+    tile (n matmuls, one eviction each, the rest once) divide those costs by n. The split dim
     is the one a tile covers in part (`out_tiles` fills the inner dims whole first); none
     when a tile already covers the whole output."""
     tiles = out_tiles(spec)
@@ -129,16 +134,16 @@ def bank_split(spec: ConvSpec) -> Banks | None:
     if not partial:
         return None
     k = partial[-1]
-    return k, tiles[k]
+    return k, tiles[k], min(most, -(-spec.dims[k].size_out // tiles[k]))
 
 
 def tile_sizes(spec: ConvSpec, banks: Banks | None) -> tuple[int, ...]:
-    """`out_tiles`, the split dim doubled when a tile spans two banks."""
+    """`out_tiles`, the split dim times the banks a tile spans."""
     tiles = out_tiles(spec)
     if banks is None:
         return tiles
-    k, rows = banks
-    return (*tiles[:k], min(2 * rows, spec.dims[k].size_out), *tiles[k + 1:])
+    k, rows, n = banks
+    return (*tiles[:k], min(n * rows, spec.dims[k].size_out), *tiles[k + 1:])
 
 
 def check(spec: ConvSpec, dtype: str) -> tuple[tuple[int, int], ...] | None:

@@ -99,18 +99,61 @@ class PhaseFold:
     f: int
 
 
+@dataclass(frozen=True)
+class PhaseBlocks:
+    """f_i taps of each of two or more dims stacked on the partitions (`sizes`, 1 for a
+    dim not folded), per combination of the folded dims' phases: block u = (u_0, u_1, ...)
+    (row-major) holds the plane shifted left by u_i * shift_i; weight position J_i - 1 -
+    b_i holds, in block u, the phase's tap b_i * f_i + u_i of dim i counted from the last
+    (J_i = ceil(count_i / f_i)). A base tap whose blocks are not all taps (a count not
+    divisible by f_i) contracts the blocks up to its last valid one, the others' weights
+    zero. KernelBench level 2 93 (4 x 4 taps, stride 2: 2 x 2 a phase, 32 channels): one
+    matmul a phase, where folding one dim took two."""
+
+    sizes: tuple[int, ...]
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def folded(self) -> tuple[int, ...]:
+        return tuple(i for i, f in enumerate(self.sizes) if f > 1)
+
+    def bases(self, combo: tuple[Phase, ...]) -> list[tuple[int, ...]]:
+        """The base taps b (per folded dim) of a phase combination, in order."""
+        return list(itertools.product(*(range(-(-combo[i].count // self.sizes[i]))
+                                         for i in self.folded)))
+
+    def rows(self, combo: tuple[Phase, ...], base: tuple[int, ...]) -> int:
+        """Blocks a base contracts: up to (with) its last block whose taps all exist, in
+        row-major order."""
+        index = 0
+        for i, f in enumerate(self.sizes):
+            valid = 1
+            if f > 1:
+                valid = min(f, combo[i].count - base[self.folded.index(i)] * f)
+            index = index * f + valid - 1
+        return index + 1
+
+    def holes(self, combo: tuple[Phase, ...]) -> bool:
+        """Whether some base contracts a block that is not one of its taps."""
+        return any(combo[i].count % self.sizes[i] for i in self.folded)
+
+
 def choose_fold(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
-                ) -> PhaseFold | PhaseBand:
+                ) -> PhaseFold | PhaseBlocks | PhaseBand:
     """The (dim, f) of least modelled PE time (matmuls x max(N, 64) cycles, fp32 4x, at
     2.8 GHz) plus plane loads (f copies at 272 B/ns, counted twice), cin * f <= 128; a
     fold whose plane copies and output would take the DMA queues longer than its matmuls
     take the PE is not taken. A band of output rows per phase (convphaseband.py) when it
-    is faster still."""
+    is faster still; taps of several dims stacked at once (`PhaseBlocks`) when that is
+    faster than any one dim's."""
     return fold_cost(spec, dims, elem_bytes)[1]
 
 
 def fold_cost(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
-              ) -> tuple[float, PhaseFold | PhaseBand]:
+              ) -> tuple[float, PhaseFold | PhaseBlocks | PhaseBand]:
     """choose_fold's modelled ns per batch element and group, and its fold. The matmuls'
     cycles are counted over all of a phase's output tiles (before 2026-12-04 over one
     tile only, against a whole plane's loads: folds stayed too small, e.g. KernelBench 72
@@ -119,7 +162,8 @@ def fold_cost(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
     cycles = convfold.pe_ns(max(per, 64 * -(-per // NMAX)), elem_bytes)
     plane = convfold.load_ns(spec.cin_g * math.prod(p.plane for p in dims) * elem_bytes * 2)
     out = convfold.load_ns(spec.cout_g * math.prod(d.size_out for d in spec.dims) * elem_bytes)
-    best, pe = (math.inf, PhaseFold(0, 1)), math.inf
+    best: tuple[float, PhaseFold | PhaseBlocks] = (math.inf, PhaseFold(0, 1))
+    pe, copies = math.inf, 1
     for i, p in enumerate(dims):
         for f in range(1, min(max(ph.count for ph in p.phases), PMAX // spec.cin_g) + 1):
             calls = sum(math.prod(-(-ph.count // f) if j == i else ph.count
@@ -129,6 +173,20 @@ def fold_cost(spec: ConvSpec, dims: tuple[PhaseDim, ...], elem_bytes: int
                 continue  # DMA bound: more copies slow it (KernelBench 79: 0.54 -> 0.37)
             if calls * cycles + f * plane < best[0]:
                 best, pe = (calls * cycles + f * plane, PhaseFold(i, f)), calls * cycles
+                copies = f
+    # several dims at once: taken when the slower of its PE and DMA times beats the one-dim
+    # fold's (its plane copies may make it DMA bound and still faster: level 2 93)
+    slowest = max(pe, copies * plane + out)
+    most = [max(ph.count for ph in p.phases) for p in dims]
+    for sizes in itertools.product(*(range(1, m + 1) for m in most)):
+        blocks = math.prod(sizes)
+        if sum(f > 1 for f in sizes) < 2 or spec.cin_g * blocks > PMAX:
+            continue  # one dim's folds are above
+        calls = sum(math.prod(-(-ph.count // f) for ph, f in zip(combo, sizes, strict=True))
+                    for combo in itertools.product(*(q.phases for q in dims)))
+        if max(calls * cycles, blocks * plane + out) < slowest:
+            slowest = max(calls * cycles, blocks * plane + out)
+            best, pe = (calls * cycles + blocks * plane, PhaseBlocks(sizes)), calls * cycles
 
     band = choose_band(spec, dims, elem_bytes, (best[0], pe))
     return band if band is not None else best

@@ -320,10 +320,9 @@ def _emit_tile_helper(kernel: Kernel, spec: ConvSpec, bias: bool, out_dtype: str
                 f" ({fold.blocks} taps contract on the partitions; the last base tap of "
                 "a ragged fold contracts only its valid blocks)" if fold.blocks > 1 else ""))
     if banks is not None:
-        k, rows = banks
-        blk.comment(f"two PSUM banks a tile: rows s{k}0..s{k}0+{rows} of dim {k} in acc, the "
-                    "rest in acc1, each its own matmuls and eviction; one tail and one store "
-                    "for both")
+        k, rows, n = banks
+        blk.comment(f"{n} PSUM banks a tile, {rows} rows of dim {k} each (acc, acc1, ...): "
+                    "each its own matmuls and eviction; one tail and one store for all")
         blk.line(f"h = min(s{k}sz, {rows})")
     for acc, span, _, guard in halves:
         shape = ", ".join(span[2] if i == span[0] else f"{v}sz" for i, v in enumerate(sp))
@@ -403,19 +402,26 @@ Half = tuple[str, tuple[int, str, str], str, str]
 
 
 def _bank_halves(sp: list[str], banks: Banks | None) -> list[Half]:
-    """The banks of a tile: one, or two when a tile spans two (`h` rows of the split dim in
-    the first; the second only when the tile has more)."""
+    """The banks of a tile: one, or as many as it spans (`h` rows of the split dim each;
+    a later bank only when the tile has rows for it, the last one takes the rest)."""
     if banks is None:
         return [("acc", (0, "s00", "s0sz"), "res", "")]
-    k = banks[0]
+    k, _, n = banks
     v = sp[k]
 
     def view(rows: str) -> str:
         return "res[0:csz, " + ", ".join(rows if i == k else f"0:{u}sz"
                                          for i, u in enumerate(sp)) + "]"
 
-    return [("acc", (k, f"{v}0", "h"), view("0:h"), ""),
-            ("acc1", (k, f"({v}0 + h)", f"({v}sz - h)"), view(f"h:{v}sz"), f"if {v}sz > h:")]
+    out = [("acc", (k, f"{v}0", "h"), view("0:h"), "")]
+    for b in range(1, n):
+        lo = "h" if b == 1 else f"{b} * h"
+        last = b == n - 1
+        count = f"({v}sz - {lo})" if last else f"min({v}sz - {lo}, h)"
+        stop = f"{v}sz" if last else f"{lo} + {count}"
+        out.append((f"acc{b}", (k, f"({v}0 + {lo})", count), view(f"{lo}:{stop}"),
+                    f"if {v}sz > {lo}:"))
+    return out
 
 
 @contextmanager

@@ -83,9 +83,12 @@ def bias_cols(spec: ConvSpec, cols: str) -> str:
     return f"b_sb[0:csz, {f'c0 // {PMAX}' if spec.cout_g > PMAX else '0'}, {cols}]"
 
 
-def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
+def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str,
+               whole: bool = False) -> None:
     """x_sb: the padded (zero-inserted when transposed) input plane of batch n, group g,
-    once per partition block of the fold; only the margins no input covers are zeroed."""
+    once per partition block of the fold; only the margins no input covers are zeroed
+    (`whole`: every position written, a block's tail past its shifted input too, for
+    matmuls that read blocks under zero weights: an unwritten NaN times zero is NaN)."""
     cin_g = spec.cin_g
     what = "zero-inserted, padded" if spec.transposed else "zero-padded"
     copies = f", {fold.blocks} times: block u shifted left by u * dilation" if (
@@ -110,8 +113,11 @@ def emit_plane(body: Block, spec: ConvSpec, fold: Fold, compute: str) -> None:
             assert off is not None
             body.line(f"nisa.dma_copy(dst=x_flat[{b * cin_g}:{(b + 1) * cin_g}, 0:{size - off}], "
                       f"src=x_f[n, g, 0:{cin_g}, {off}:{size}])")
+            if whole and off:
+                body.line(f"nisa.memset(dst=x_flat[{b * cin_g}:{(b + 1) * cin_g}, "
+                          f"{size - off}:{size}], value=0.0, engine=nisa.engine.gpsimd)")
         return
-    blocks = [(u, convfold.margins(spec.dims, planes, placed, u, fold.band))
+    blocks = [(u, convfold.margins(spec.dims, planes, placed, u, fold.band, whole))
               for u in fold.offsets()]
     # a region every block zeroes (the whole plane of a zero-inserted input) is one memset
     # across all the blocks' partitions: the engine's time is per partition's elements

@@ -22,7 +22,13 @@ from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.schedule import convfold, phasefold
 from nkibot.lowering.schedule.convspec import ConvSpec, Dim
 from nkibot.lowering.schedule.layout import LayoutError
-from nkibot.lowering.schedule.phasefold import Phase, PhaseDim, PhaseFold, choose_fold
+from nkibot.lowering.schedule.phasefold import (
+    Phase,
+    PhaseBlocks,
+    PhaseDim,
+    PhaseFold,
+    choose_fold,
+)
 
 
 def _emit_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], fold: PhaseFold,
@@ -53,6 +59,45 @@ def _emit_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...], fold:
     body.line(f"w_sb = ({', '.join(names)},)")
 
 
+def _emit_block_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
+                        fold: PhaseBlocks, compute: str) -> None:
+    """w_p{r..}: the weights of each combination of the folded dims' phases (PhaseBlocks'
+    layout), zeroed first where a base contracts blocks that are not its taps; the dims
+    not folded keep every tap at its own index. w_sb lists them row-major."""
+    cin, folded = spec.cin_g, fold.folded
+    ks = [str(d.taps) for d in spec.dims]
+    names = []
+    for combo in itertools.product(*(dims[i].phases for i in folded)):
+        if any(not ph.count for ph in combo):
+            names.append("None")
+            continue
+        at = dict(zip(folded, combo, strict=True))
+        js = {i: -(-ph.count // fold.sizes[i]) for i, ph in at.items()}
+        name = "w_p" + "_".join(str(ph.r) for ph in combo)
+        names.append(name)
+        shape = ", ".join(str(js[i]) if i in at else k for i, k in enumerate(ks))
+        body.line(f"{name} = nl.ndarray(({cin * fold.blocks}, {spec.cout_g}, {shape}), "
+                  f"dtype={compute}, buffer=nl.sbuf)")
+        full = tuple(at[i] if i in at else Phase(0, 0, 1, 1, 0, 0)
+                     for i in range(len(spec.dims)))
+        if fold.holes(full) or spec.stack > 1:
+            body.comment("blocks a base contracts that are none of its taps hold zeros")
+            body.line(f"nisa.memset(dst={name}, value=0.0, engine=nisa.engine.gpsimd)")
+        for b, u in enumerate(itertools.product(*(range(f) for f in fold.sizes))):
+            dst, src = [f"0:{k}" for k in ks], [f"0:{k}" for k in ks]
+            for i, ph in at.items():
+                f = fold.sizes[i]
+                n = -(-(ph.count - u[i]) // f) if u[i] < ph.count else 0
+                if n == 0:
+                    break
+                lo, step = ph.first + (ph.count - 1 - u[i] - (n - 1) * f) * ph.step, f * ph.step
+                src[i] = f"{lo}:{lo + step * (n - 1) + 1}" + (f":{step}" if n > 1 else "")
+                dst[i] = f"{js[i] - n}:{js[i]}"
+            else:
+                convload.weight_copy(body, spec, name, (b * cin, 0), (dst, src))
+    body.line(f"w_sb = ({', '.join(names)},)")
+
+
 def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
                 names: tuple[str, str, str | None], out: Output, compute: str,
                 tail: convtail.TailCall | None = None) -> None:
@@ -62,7 +107,7 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     x, w, bias = names
     body = kernel.body
     fold = choose_fold(spec, dims, 4 if compute == "nl.float32" else 2)
-    if not isinstance(fold, PhaseFold):
+    if not isinstance(fold, PhaseFold | PhaseBlocks):
         if tail is not None and tail.views:
             raise LayoutError("a tail reading tensors after a banded phase-by-phase "
                               "transposed convolution (its partitions are rows x channels; "
@@ -73,22 +118,34 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     convload.emit_views(body, spec, x, w, bias, out)
     body.line(f"for g in nl.affine_range({spec.groups}):")
     body.indent()
-    body.comment("weights stay resident for every batch element and output tile of group g, "
-                 f"one tile per phase of dim {fold.dim}" + (
-                     f" ({fold.f} taps a matmul, stacked on the partitions)" if fold.f > 1
-                     else ""))
-    _emit_weights(body, spec, dims, fold, compute)
+    if isinstance(fold, PhaseBlocks):
+        body.comment("weights stay resident for every batch element and output tile of group "
+                     "g, one tile per phase combination of dims "
+                     f"{', '.join(map(str, fold.folded))} ("
+                     f"{' x '.join(str(fold.sizes[i]) for i in fold.folded)} taps a matmul, "
+                     "stacked on the partitions)")
+        _emit_block_weights(body, spec, dims, fold, compute)
+    else:
+        body.comment("weights stay resident for every batch element and output tile of group "
+                     f"g, one tile per phase of dim {fold.dim}" + (
+                         f" ({fold.f} taps a matmul, stacked on the partitions)" if fold.f > 1
+                         else ""))
+        _emit_weights(body, spec, dims, fold, compute)
     if bias is not None:
         convload.emit_resident_bias(body, spec, 1)
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
     body.comment("by output phase: the ORIGINAL input plane, padded only where a phase's "
                  "taps read past it (no zero insertion)")
-    sizes = tuple(fold.f if i == fold.dim else 1 for i in range(len(dims)))
+    sizes = fold.sizes if isinstance(fold, PhaseBlocks) else tuple(
+        fold.f if i == fold.dim else 1 for i in range(len(dims)))
     plane = ConvSpec(spec.batch, spec.cin, spec.cout, spec.groups, tuple(
         Dim(d.size_in, p.plane, 1, 1, max(ph.shift for ph in p.phases), 1, p.lead)
         for d, p in zip(spec.dims, dims, strict=True)), False, spec.stack)
-    convload.emit_plane(body, plane, convfold.Fold(sizes, sizes), compute)
+    # blocks a base contracts past its taps are read (times zero weights): all finite
+    whole = isinstance(fold, PhaseBlocks) and any(
+        fold.holes(combo) for combo in itertools.product(*(p.phases for p in dims)))
+    convload.emit_plane(body, plane, convfold.Fold(sizes, sizes), compute, whole)
     sp = [f"s{i}" for i in range(len(spec.dims))]
     views = convload.out_views(tail.views if tail else ())
     params = "x_sb, w_sb, " + ("b_sb, " if bias else "") + f"{views}, n, g"
@@ -101,7 +158,8 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
 
 
 def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
-               out: tuple[bool, str], fold: PhaseFold, tail: convtail.TailCall | None) -> str:
+               out: tuple[bool, str], fold: PhaseFold | PhaseBlocks,
+               tail: convtail.TailCall | None) -> str:
     bias, out_dtype = out
     fn = kernel.names.fresh("conv_phase_tile")
     blk = Block(depth=1)
@@ -135,7 +193,8 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
 
 
 def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
-                combo: tuple[Phase, ...], evict: tuple[bool, str], fold: PhaseFold) -> None:
+                combo: tuple[Phase, ...], evict: tuple[bool, str],
+                fold: PhaseFold | PhaseBlocks) -> None:
     """One output phase of the tile: its taps' matmuls over stride-1 windows of the
     original plane, then a strided copy into the tile (bias added) on the engine given."""
     bias, engine = evict
@@ -156,6 +215,10 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
         return
     q = ", ".join(f"q{i}" for i in range(len(sp)))
     blk.line(f"acc = nl.ndarray((csz, {q}), dtype=nl.float32, buffer=nl.psum)")
+    if isinstance(fold, PhaseBlocks):
+        _emit_block_matmuls(blk, spec, dims, combo, fold)
+        emit_evict(blk, view, bias, engine)
+        return
     taps, windows = [], []
     for i, (v, ph, p) in enumerate(zip(sp, combo, dims, strict=True)):
         if i == fold.dim:
@@ -191,3 +254,44 @@ def _emit_base_taps(blk: Block, cin: int, ph: Phase, fold: PhaseFold, line: str)
     if ph.count % f:
         blk.line(line.format(rows=cin * (ph.count - (j - 1) * f), pos="0",
                              shift=f" + {(j - 1) * step}" if j > 1 and step else ""))
+
+
+def _emit_block_matmuls(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
+                        combo: tuple[Phase, ...], fold: PhaseBlocks) -> None:
+    """A phase's matmuls under PhaseBlocks: one per base tap of the folded dims (written
+    out: a phase has few), each contracting its blocks' rows; the dims not folded loop
+    over their taps around them."""
+    sp = [f"s{i}" for i in range(len(spec.dims))]
+    taps, windows = [], []
+    for i, (v, ph, p) in enumerate(zip(sp, combo, dims, strict=True)):
+        if i in fold.folded:
+            taps.append(f"{{pos{i}}}")
+            windows.append(f"{{win{i}}}")
+            continue
+        tap, window = emit_tap_loop(blk, i, v, ph, p)
+        taps.append(tap)
+        windows.append(window)
+    w = "w_sb[" + str(_combo_index(dims, combo, fold)) + "]"
+    line = (f"nisa.nc_matmul(acc, {w}[0:{{rows}}, nl.ds(c0, csz), {', '.join(taps)}], "
+            f"x_sb[0:{{rows}}, {', '.join(windows)}])")
+    for base in fold.bases(combo):
+        fields: dict[str, object] = {"rows": spec.cin_g * fold.rows(combo, base)}
+        for i, b in zip(fold.folded, base, strict=True):
+            ph, p, f = combo[i], dims[i], fold.sizes[i]
+            start = f"{sp[i]}0 // {p.stride}" if p.stride > 1 else f"{sp[i]}0"
+            last = ph.offset - (ph.count - 1) * ph.shift + b * f * ph.shift
+            fields[f"pos{i}"] = -(-ph.count // f) - 1 - b
+            fields[f"win{i}"] = f"nl.ds({start} + {last}, q{i})"
+        blk.line(line.format(**fields))
+    for i, ph in enumerate(combo):
+        if ph.count > 1 and i not in fold.folded:
+            blk.dedent()
+
+
+def _combo_index(dims: tuple[PhaseDim, ...], combo: tuple[Phase, ...],
+                 fold: PhaseBlocks) -> int:
+    """Where the folded dims' phases of `combo` sit in w_sb (row-major)."""
+    index = 0
+    for i in fold.folded:
+        index = index * len(dims[i].phases) + dims[i].phases.index(combo[i])
+    return index
