@@ -16,6 +16,7 @@ from nkibot.lowering.schedule.rewrite import (
     split_long_reductions,
     split_wide_convs,
 )
+from nkibot.lowering.schedule.simplify import fold_chains
 from nkibot.lowering.stages import (
     Scheduler,
     Stage,
@@ -130,7 +131,7 @@ def _lower(graph: Graph, entry: str, choices: dict[str, str]
            ) -> tuple[Lowered, list[tuple[str, str]]] | Declined:
     if not graph.outputs:
         return Declined([], "the forward returns no tensor")
-    graph = prune(graph)
+    graph = fold_chains(prune(graph))
     too_big = _too_big(graph)
     if too_big:
         return Declined([], too_big)

@@ -401,13 +401,16 @@ class TestConvTail:
         check_on_sim(task)
 
     def test_each_tail_instruction_is_charged_to_its_engine_once(self) -> None:
-        """Level 2 2's chain: the tail balances its relus (Scalar) against its clamps
+        """Level 2 2's chain, its scale a parameter (by a literal, the chain folds to one
+        clamp: simplify.py): the tail balances its relus (Scalar) against its clamps
         (Vector), 2 passes each, so the eviction goes to the Scalar Engine. Charging an
         engine both when it was picked and when its instruction was written (as before)
         counted the Scalar Engine twice and left the eviction on the Vector Engine."""
         ctor, shape = CONVS["tconv2d_phase_dilated"]
-        init = f"        self.conv = {ctor}\n        self.b = nn.Parameter(torch.randn(6, 1, 1))"
-        expr = "torch.clamp(torch.clamp(self.conv(x) + self.b, 0.0, 1.0) * 2.0, 0.0, 1.0) / 2.0"
+        init = (f"        self.conv = {ctor}\n        self.b = nn.Parameter(torch.randn(6, 1, 1))\n"
+                "        self.s = nn.Parameter(torch.rand(6, 1, 1) + 0.5)")
+        expr = ("torch.clamp(torch.clamp(self.conv(x) + self.b, 0.0, 1.0) * self.s, 0.0, 1.0)"
+                " / 2.0")
         task = make_task(module_source(expr, init=init), [shape])
         lowered = lower_ok(task)
         tail = lowered.source.split("def conv_tail(")[1].split("\ndef ")[0]
@@ -959,15 +962,19 @@ class TestStaticRules:
 class TestEngineChoices:
     """The pure choices behind a conv tile's engine balance."""
 
-    @pytest.mark.parametrize(("tail", "engine"), [
-        (None, "vector"),  # no tail: as always
-        ({"vector": 2 * 0.893, "scalar": 0.714}, "scalar"),  # level 2 16 after Mish
-        ({"vector": 0.0, "scalar": 2 * 0.714}, "vector"),  # tanh, sigmoid
-        ({"vector": 0.893, "scalar": 0.0}, "scalar"),
+    @pytest.mark.parametrize(("tail", "on_scalar"), [
+        (None, 0),  # no tail: as always
+        ({"vector": 2 * 0.893, "scalar": 0.714}, 4),  # level 2 16 after Mish
+        ({"vector": 0.0, "scalar": 2 * 0.714}, 0),  # tanh, sigmoid
+        ({"vector": 0.893, "scalar": 0.0}, 4),
+        # level 2 93: a min (Vector), a GELU and a scale (Scalar): one phase of four moves
+        ({"vector": 0.893, "scalar": 2 * 0.714}, 1),
     ])
-    def test_phase_eviction_engine(self, tail: dict[str, float] | None, engine: str) -> None:
-        from nkibot.lowering.schedule.phasefold import evict_engine
-        assert evict_engine(tail) == engine
+    def test_phase_eviction_engines(self, tail: dict[str, float] | None,
+                                    on_scalar: int) -> None:
+        from nkibot.lowering.schedule.phasefold import evict_engines
+        engines = evict_engines(tail, 4)
+        assert engines == ("scalar",) * on_scalar + ("vector",) * (4 - on_scalar)
 
     def test_the_search_finds_what_one_choice_at_a_time_misses(self) -> None:
         """A flexible pass, then three fixed Vector passes, after a Scalar eviction: the

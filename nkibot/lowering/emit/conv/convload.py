@@ -262,7 +262,7 @@ def emit_empty_phase(blk: Block, view: str, bias: bool) -> None:
 
 def emit_evict(blk: Block, view: str, bias: bool, engine: str = "vector") -> None:
     """The phase's PSUM sums `acc` into its strided view of the tile (plus the bias), on
-    `engine` (phasefold.evict_engine); closes the phase's `if`."""
+    `engine` (phasefold.evict_engines); closes the phase's `if`."""
     if engine == "scalar":
         blk.line(f"nisa.activation(dst=res[0:csz, {view}], op=nl.copy, data=acc"
                  + (", bias=b_t)" if bias else ")"))

@@ -168,8 +168,10 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     blk.line(f"res = nl.ndarray((csz, {sizes}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
     if bias:
         blk.line(f"b_t = {convload.bias_cols(spec, '0:1')}")
-    engine = phasefold.evict_engine(dict(tail.busy) if tail is not None else None)
-    for combo in itertools.product(*(p.phases for p in dims)):
+    combos = list(itertools.product(*(p.phases for p in dims)))
+    engines = phasefold.evict_engines(dict(tail.busy) if tail is not None else None,
+                                      len(combos))
+    for combo, engine in zip(combos, engines, strict=True):
         _emit_phase(blk, spec, dims, combo, (bias, engine), fold)
     index = ", ".join(f"nl.ds({v}0, {v}sz)" for v in sp)
     if tail is not None:

@@ -203,8 +203,10 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...], band:
     blk.line(f"res = nl.ndarray((csz, {shape}), dtype={nl_dtype(out_dtype)}, buffer=nl.sbuf)")
     if bias:
         blk.line(f"b_t = b_sb[0:{cout * rows}, 0, 0:1]  # bias, a column per band row x channel")
-    engine = phasefold.evict_engine(dict(tail.busy) if tail is not None else None)
-    for combo in itertools.product(*(p.phases for p in dims)):
+    combos = list(itertools.product(*(p.phases for p in dims)))
+    engines = phasefold.evict_engines(dict(tail.busy) if tail is not None else None,
+                                      len(combos))
+    for combo, engine in zip(combos, engines, strict=True):
         _emit_phase(blk, spec, dims, band, combo, (bias, engine))
     if tail is not None:
         sizes = [s for j, v in enumerate(sp) for s in ([f"{v}sz", str(stride)] if j == i
