@@ -401,15 +401,17 @@ class TestConvTail:
         check_on_sim(task)
 
     def test_each_tail_instruction_is_charged_to_its_engine_once(self) -> None:
-        """Level 2 2's chain, its scale a parameter (by a literal, the chain folds to one
-        clamp: simplify.py): the tail balances its relus (Scalar) against its clamps
-        (Vector), 2 passes each, so the eviction goes to the Scalar Engine. Charging an
-        engine both when it was picked and when its instruction was written (as before)
-        counted the Scalar Engine twice and left the eviction on the Vector Engine."""
+        """Level 2 2's chain, its scale a parameter and its bias add a product (by a
+        literal the chain folds to one clamp, simplify.py; an add and a bound first ride
+        on the phase evictions, phaseprefix.py): the tail balances its relus (Scalar)
+        against its clamps (Vector), 2 passes each, so the eviction goes to the Scalar
+        Engine. Charging an engine both when it was picked and when its instruction was
+        written (as before) counted the Scalar Engine twice and left the eviction on the
+        Vector Engine."""
         ctor, shape = CONVS["tconv2d_phase_dilated"]
         init = (f"        self.conv = {ctor}\n        self.b = nn.Parameter(torch.randn(6, 1, 1))\n"
                 "        self.s = nn.Parameter(torch.rand(6, 1, 1) + 0.5)")
-        expr = ("torch.clamp(torch.clamp(self.conv(x) + self.b, 0.0, 1.0) * self.s, 0.0, 1.0)"
+        expr = ("torch.clamp(torch.clamp(self.conv(x) * self.b, 0.0, 1.0) * self.s, 0.0, 1.0)"
                 " / 2.0")
         task = make_task(module_source(expr, init=init), [shape])
         lowered = lower_ok(task)

@@ -27,6 +27,7 @@ from nkibot.lowering.emit.conv import (
     convslab,
     convtail,
     depthwise,
+    phaseprefix,
 )
 from nkibot.lowering.emit.conv.epilogue import (
     EVICT_ACT,
@@ -38,6 +39,7 @@ from nkibot.lowering.emit.conv.epilogue import (
     find_epilogue,
     leaf_arg,
 )
+from nkibot.lowering.emit.fused import PASS_NS
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.frontend.ir import Op, Ref
 from nkibot.lowering.schedule import bandfold, convfold, phasefold
@@ -53,6 +55,7 @@ from nkibot.lowering.schedule.convspec import (
     tile_sizes,
 )
 from nkibot.lowering.schedule.layout import LayoutError, Resolved
+from nkibot.lowering.schedule.phasefold import PhaseBlocks, PhaseFold, choose_fold
 
 _leaf = leaf_arg
 #: The variant decision that stages a conv's tail instead (Kernel.choices).
@@ -103,6 +106,16 @@ def _input(res: Resolved, conv: Op) -> tuple[str, tuple[int, ...], str]:
     return x, leaf.shape, leaf.dtype
 
 
+def _phase_unbanded(spec: ConvSpec, x_dtype: str, w_dtype: str) -> bool:
+    """Whether a conv run by phase takes the phase fold or blocks form (convphase.py), not
+    the banded one, whose evictions take only the bias."""
+    elem = 2 if x_dtype in ("bfloat16", "float16") and w_dtype == x_dtype else 4
+    stacked = bandfold.stack(spec, elem, phased=True)
+    dims = phasefold.phase_dims(stacked)
+    return dims is not None and isinstance(choose_fold(stacked, dims, elem),
+                                           PhaseFold | PhaseBlocks)
+
+
 def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int, ...],
               x_dtype: str, out: Output, epi: Epilogue | None = None) -> None:
     w = _leaf(res, op.args[1], "weight")
@@ -114,6 +127,7 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     by_phase = phased is not None and phasefold.faster(spec, phased)
     tail: convtail.TailCall | None = None
     fused: convpool.Fused | None = None
+    prefix: phaseprefix.PhasePrefix | None = None
     if epi is not None and by_phase and epi.prefix:
         epi = as_tail(res, op, epi) or epi  # its activations and clamps as tail ops
     if epi is not None and (epi.tail or epi.reduce or epi.window) and (
@@ -156,11 +170,21 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
                 fused is not None) else out
             # a plain tile's eviction runs before the tail; a phase's follows its load
             before = None
+            ops = epi.tail
             if not by_phase:
                 before = eviction_busy(epi)
                 before["vector"] += convpool.vector_load(fused)
-            tail = convtail.emit_tail(res, kernel, op, chain, epi.tail, pre, before=before)
-            out = Output(out.name, out.var, out.shape, "float32")  # the tail casts
+            elif _phase_unbanded(spec, x_dtype, w_leaf.dtype):
+                prefix = phaseprefix.find(res, op, epi.tail)
+                if prefix is not None:  # the tail starts after it
+                    chain += [o.name for o in prefix.ops]
+                    ops = epi.tail[len(prefix.ops):]
+                    if not prefix.relu:  # every phase evicts on the Vector Engine
+                        before = {"vector": PASS_NS["vector"], "scalar": 0.0}
+            tail = convtail.emit_tail(res, kernel, op, chain, ops, pre, before=before) if (
+                ops) else None
+            if tail is not None:
+                out = Output(out.name, out.var, out.shape, "float32")  # the tail casts
             if (TAIL_DECISION, "staged") not in kernel.alternatives:
                 # the tail shares the eviction's engines: on a form whose eviction already
                 # loads them (phase by phase), a stage of its own over big tiles can be
@@ -183,7 +207,7 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         spec = bandfold.stack(spec, elem, phased=True)
         phased = phasefold.phase_dims(spec)
         assert phased is not None
-        convphase.emit_phased(kernel, spec, phased, (x, w, bias), out, compute, tail)
+        convphase.emit_phased(kernel, spec, phased, (x, w, bias), out, compute, tail, prefix)
         return
     if slab is None and epi is None:
         spec = bandfold.stack(spec, elem, phased=False)

@@ -249,26 +249,42 @@ def emit_tap_loop(blk: Block, i: int, v: str, ph: Phase, p: PhaseDim) -> tuple[s
     return tap, f"nl.ds({start} + {off}, q{i})"
 
 
-def emit_empty_phase(blk: Block, view: str, bias: bool) -> None:
-    """A phase no tap reaches: its view of the tile is zero (plus the bias); closes the
-    phase's `if`."""
+#: A clamp bound the eviction applies after the bias: (maximum or minimum, literal).
+Bound = tuple[str, float] | None
+
+
+def _ops(bias: bool, bound: Bound) -> str:
+    """The tensor_scalar ops: the bias add, then the bound."""
+    ops = ["nl.add", "b_t"] if bias else []
+    if bound is not None:
+        ops += [f"nl.{bound[0]}", repr(bound[1])]
+    return ", ".join(f"op{i // 2}={ops[i]}, operand{i // 2}={ops[i + 1]}"
+                     for i in range(0, len(ops), 2))
+
+
+def emit_empty_phase(blk: Block, view: str, bias: bool, bound: Bound = None) -> None:
+    """A phase no tap reaches: its view of the tile is zero (plus the bias, then the
+    bound); closes the phase's `if`."""
     blk.comment("no tap reaches this phase: zero" + (" plus the bias" if bias else ""))
     blk.line(f"nisa.memset(dst=res[0:csz, {view}], value=0.0)")
-    if bias:
+    if bias or bound is not None:
         blk.line(f"nisa.tensor_scalar(dst=res[0:csz, {view}], data=res[0:csz, {view}], "
-                 "op0=nl.add, operand0=b_t)")
+                 f"{_ops(bias, bound)})")
     blk.dedent()
 
 
-def emit_evict(blk: Block, view: str, bias: bool, engine: str = "vector") -> None:
-    """The phase's PSUM sums `acc` into its strided view of the tile (plus the bias), on
-    `engine` (phasefold.evict_engines); closes the phase's `if`."""
+def emit_evict(blk: Block, view: str, bias: bool, engine: str = "vector",
+               bound: Bound = None) -> None:
+    """The phase's PSUM sums `acc` into its strided view of the tile (plus the bias, then
+    the `bound`: a ReLU's on the Scalar Engine), on `engine` (phasefold.evict_engines);
+    closes the phase's `if`."""
     if engine == "scalar":
-        blk.line(f"nisa.activation(dst=res[0:csz, {view}], op=nl.copy, data=acc"
+        assert bound in (None, ("maximum", 0.0)), bound
+        func = "nl.copy" if bound is None else "nl.relu"
+        blk.line(f"nisa.activation(dst=res[0:csz, {view}], op={func}, data=acc"
                  + (", bias=b_t)" if bias else ")"))
-    elif bias:
-        blk.line(f"nisa.tensor_scalar(dst=res[0:csz, {view}], data=acc, op0=nl.add, "
-                 "operand0=b_t)")
+    elif bias or bound is not None:
+        blk.line(f"nisa.tensor_scalar(dst=res[0:csz, {view}], data=acc, {_ops(bias, bound)})")
     else:
         blk.line(f"nisa.tensor_copy(dst=res[0:csz, {view}], src=acc)")
     blk.dedent()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
-from nkibot.lowering.emit.conv import convload, convphaseband, convtail
+from nkibot.lowering.emit.conv import convload, convphaseband, convtail, phaseprefix
 from nkibot.lowering.emit.conv.convload import emit_empty_phase, emit_evict, emit_tap_loop
 from nkibot.lowering.emit.rowwise import Kernel, Output
 from nkibot.lowering.schedule import convfold, phasefold
@@ -100,21 +100,25 @@ def _emit_block_weights(body: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
 
 def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
                 names: tuple[str, str, str | None], out: Output, compute: str,
-                tail: convtail.TailCall | None = None) -> None:
+                tail: convtail.TailCall | None = None,
+                prefix: phaseprefix.PhasePrefix | None = None) -> None:
     """Weights resident per group; per batch element the original plane (zero margins
     only) and the output tiles, each computed phase by phase (then the tail, if any, on
-    each whole tile)."""
+    each whole tile). `prefix`: the tail's head the evictions take (phaseprefix.py; not
+    in the banded form)."""
     x, w, bias = names
     body = kernel.body
     fold = choose_fold(spec, dims, 4 if compute == "nl.float32" else 2)
     if not isinstance(fold, PhaseFold | PhaseBlocks):
+        assert prefix is None, "the banded form's evictions take the bias only"
         if tail is not None and tail.views:
             raise LayoutError("a tail reading tensors after a banded phase-by-phase "
                               "transposed convolution (its partitions are rows x channels; "
                               "staged instead)")
         convphaseband.emit(kernel, spec, dims, fold, names, out, compute, tail)
         return
-    fn = _emit_tile(kernel, spec, dims, (bias is not None, out.dtype), fold, tail)
+    columns = bias is not None or (prefix is not None and bool(prefix.adds))
+    fn = _emit_tile(kernel, spec, dims, (columns, out.dtype), fold, tail, prefix)
     convload.emit_views(body, spec, x, w, bias, out)
     body.line(f"for g in nl.affine_range({spec.groups}):")
     body.indent()
@@ -133,6 +137,8 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
         _emit_weights(body, spec, dims, fold, compute)
     if bias is not None:
         convload.emit_resident_bias(body, spec, 1)
+    if prefix is not None:
+        phaseprefix.emit_fold(body, spec, prefix, bias is not None)
     body.line(f"for n in nl.affine_range({spec.batch}):")
     body.indent()
     body.comment("by output phase: the ORIGINAL input plane, padded only where a phase's "
@@ -148,7 +154,7 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     convload.emit_plane(body, plane, convfold.Fold(sizes, sizes), compute, whole)
     sp = [f"s{i}" for i in range(len(spec.dims))]
     views = convload.out_views(tail.views if tail else ())
-    params = "x_sb, w_sb, " + ("b_sb, " if bias else "") + f"{views}, n, g"
+    params = "x_sb, w_sb, " + ("b_sb, " if columns else "") + f"{views}, n, g"
     fields = ", ".join(f"{{{v}0}}, {{{v}sz}}" for v in ["c", *sp])
     axes = [Axis("c", spec.cout_g, PMAX)] + [Axis(v, d.size_out, t) for v, d, t in zip(
         sp, spec.dims, phasefold.phase_tiles(spec, dims), strict=True)]
@@ -159,7 +165,8 @@ def emit_phased(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
 
 def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
                out: tuple[bool, str], fold: PhaseFold | PhaseBlocks,
-               tail: convtail.TailCall | None) -> str:
+               tail: convtail.TailCall | None,
+               prefix: phaseprefix.PhasePrefix | None = None) -> str:
     bias, out_dtype = out
     fn = kernel.names.fresh("conv_phase_tile")
     blk = Block(depth=1)
@@ -171,8 +178,13 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     combos = list(itertools.product(*(p.phases for p in dims)))
     engines = phasefold.evict_engines(dict(tail.busy) if tail is not None else None,
                                       len(combos))
+    bound = prefix.bound if prefix is not None else None
+    if bound is not None:
+        blk.comment(f"{prefix.origins if prefix else ''}: on each phase's eviction")
+        if not (prefix and prefix.relu):  # a Vector Engine op only
+            engines = ("vector",) * len(combos)
     for combo, engine in zip(combos, engines, strict=True):
-        _emit_phase(blk, spec, dims, combo, (bias, engine), fold)
+        _emit_phase(blk, spec, dims, combo, (bias, engine, bound), fold)
     index = ", ".join(f"nl.ds({v}0, {v}sz)" for v in sp)
     if tail is not None:
         flat = convtail.flat_start([d.size_out for d in spec.dims],
@@ -195,11 +207,12 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
 
 
 def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
-                combo: tuple[Phase, ...], evict: tuple[bool, str],
+                combo: tuple[Phase, ...], evict: tuple[bool, str, convload.Bound],
                 fold: PhaseFold | PhaseBlocks) -> None:
     """One output phase of the tile: its taps' matmuls over stride-1 windows of the
-    original plane, then a strided copy into the tile (bias added) on the engine given."""
-    bias, engine = evict
+    original plane, then a strided copy into the tile (bias added, then the bound) on the
+    engine given."""
+    bias, engine, bound = evict
     sp = [f"s{i}" for i in range(len(spec.dims))]
     rs = ", ".join(str(ph.r) for ph in combo)
     blk.comment(f"phase ({rs}): outputs at tile offset ({rs}) mod stride; "
@@ -213,13 +226,13 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
                      if p.stride > 1 else f"0:q{i}"
                      for i, (ph, p) in enumerate(zip(combo, dims, strict=True)))
     if any(ph.count == 0 for ph in combo):
-        emit_empty_phase(blk, view, bias)
+        emit_empty_phase(blk, view, bias, bound)
         return
     q = ", ".join(f"q{i}" for i in range(len(sp)))
     blk.line(f"acc = nl.ndarray((csz, {q}), dtype=nl.float32, buffer=nl.psum)")
     if isinstance(fold, PhaseBlocks):
         _emit_block_matmuls(blk, spec, dims, combo, fold)
-        emit_evict(blk, view, bias, engine)
+        emit_evict(blk, view, bias, engine, bound)
         return
     taps, windows = [], []
     for i, (v, ph, p) in enumerate(zip(sp, combo, dims, strict=True)):
@@ -238,7 +251,7 @@ def _emit_phase(blk: Block, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     for i, ph in enumerate(combo):
         if ph.count > 1 and i != fold.dim:
             blk.dedent()
-    emit_evict(blk, view, bias, engine)
+    emit_evict(blk, view, bias, engine, bound)
 
 
 def _emit_base_taps(blk: Block, cin: int, ph: Phase, fold: PhaseFold, line: str) -> None:
