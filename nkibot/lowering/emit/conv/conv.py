@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid, nl_dtype
 from nkibot.lowering.emit.conv import (
+    affinehead,
     convband,
     convload,
     convphase,
@@ -137,6 +139,13 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         # groups ran 3.6M GpSimd instructions fused (302 ms modelled) against 13.6 ms staged
         raise LayoutError(f"{epi.origins} after a conv of {spec.cout_g} output channels a group "
                           "(staged instead: its tiles are too small to carry them)")
+    if epi is not None and epi.norm is None and not (
+            epi.steps or epi.residual or by_phase or depthwise.fits(spec)):
+        head = affinehead.find(res, op, epi.tail)
+        if head is not None:  # the eviction's (scale, shift) does the tail's head
+            bias = affinehead.emit_table(kernel, head, bias, spec.cout, op.origin)
+            epi = replace(epi, affine=head.ops, tail=epi.tail[len(head.ops):],
+                          tail_from=head.ops[-1].name)
     if epi is not None and (epi.reduce is not None or epi.window is not None):
         if kernel.choices.get(TAIL_DECISION) == "staged":
             raise LayoutError(f"{epi.origins}: the pool or reduction staged (a variant)")
@@ -164,7 +173,7 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
             if kernel.choices.get(TAIL_DECISION) == "staged":
                 raise LayoutError(f"{epi.origins}: the tail staged (a variant)")
             chain = [op.name, *([epi.norm.name] if epi.norm is not None else []),
-                     *(step.name for step in epi.steps)]
+                     *(o.name for o in epi.affine), *(step.name for step in epi.steps)]
             assert chain[-1] == epi.tail_from, (chain, epi.tail_from)
             pre = Output(epi.tail[-1].name, out.var, op.shape, "float32") if (
                 fused is not None) else out
@@ -230,7 +239,7 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     banks = bank_split(spec) if slab is None and fold.rows == 1 and fused is None else None
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype,
                                 (slab, fold), epi, (extra, tail), fused, banks)
-    pair = epi is not None and epi.norm is not None
+    pair = epi is not None and epi.pair
     if slab is not None:
         bands = convslab.emit_helpers(kernel, band_spec, slab, bias is not None, tile_fn,
                                       compute, fold, extra, windows)
@@ -468,8 +477,8 @@ def _emit_eviction(blk: Block, epi: Epilogue, bias: ConvSpec | None, index: list
     the tile reads from the resident b_sb)."""
     steps = list(epi.steps)
     scale = shift = None
-    if epi.norm is not None:
-        assert bias is not None  # the norm's table is the bias
+    if epi.pair:
+        assert bias is not None  # the norm's (or affine head's) table is the bias
         scale, shift = convload.bias_cols(bias, "0:1"), convload.bias_cols(bias, "1:2")
     elif bias is not None:
         blk.line(f"b_t = {convload.bias_cols(bias, '0:1')}")

@@ -55,10 +55,18 @@ class Epilogue:
     #: A max or average pool whose windows tile the positions (kernel == stride, no padding
     #: or dilation) in place of a reduction: `after` then runs on its result.
     window: Op | None = None
+    #: The tail's affine head, folded into the eviction's (scale, shift) (affinehead.py).
+    affine: tuple[Op, ...] = ()
+
+    @property
+    def pair(self) -> bool:
+        """Whether the eviction reads a (scale, shift) table, not the bias alone."""
+        return self.norm is not None or bool(self.affine)
 
     @property
     def origins(self) -> str:
-        ops = ([self.norm] if self.norm is not None else []) + list(self.steps)
+        ops = ([self.norm] if self.norm is not None else []) + list(self.affine) + list(
+            self.steps)
         ops += [*self.tail, *([self.reduce] if self.reduce is not None else []), *self.after]
         return ", ".join(dict.fromkeys(op.origin or op.op for op in ops))
 

@@ -48,7 +48,7 @@ class PhasePrefix:
         return ", ".join(dict.fromkeys(op.origin or op.op for op in self.ops))
 
 
-def _channel_param(res: Resolved, arg: object, op: Op, cout: int) -> str | None:
+def channel_param(res: Resolved, arg: object, op: Op, cout: int) -> str | None:
     """The kernel argument `arg` is when it holds one fp32 value per output channel
     (shape [C, 1, ...] against the output's [N, C, ...]), else None."""
     if not isinstance(arg, Ref):
@@ -62,7 +62,7 @@ def _channel_param(res: Resolved, arg: object, op: Op, cout: int) -> str | None:
     return view.leaf.name if ok else None
 
 
-def _literal(arg: object) -> float | None:
+def literal(arg: object) -> float | None:
     return float(arg) if isinstance(arg, (int, float)) and not isinstance(arg, bool) else None
 
 
@@ -80,19 +80,19 @@ def find(res: Resolved, conv: Op, tail: tuple[Op, ...]) -> PhasePrefix | None:
             break
         other = next((a for a in op.args if a is not refs[0]), None)
         if op.op == "add" and bound is None and len(op.args) == 2:
-            value: float | str | None = _literal(other)
+            value: float | str | None = literal(other)
             if value is None:
-                value = _channel_param(res, other, op, cout)
+                value = channel_param(res, other, op, cout)
             if value is None:
                 break
             adds.append(value)
         elif op.op == "sub" and bound is None and len(op.args) == 2 and (
-                op.args[0] is refs[0] and _literal(other) is not None):
+                op.args[0] is refs[0] and literal(other) is not None):
             adds.append(-float(other))  # type: ignore[arg-type]
         elif op.op == "relu" and len(op.args) == 1:
             bound = ("maximum", 0.0)
-        elif op.op in BOUNDS and len(op.args) == 2 and _literal(other) is not None:
-            c = _literal(other)
+        elif op.op in BOUNDS and len(op.args) == 2 and literal(other) is not None:
+            c = literal(other)
             assert c is not None
             bound = (op.op, c)
         else:
