@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nkibot.lowering.emit.builder import PMAX, Block
+from nkibot.lowering.emit.builder import Block
+from nkibot.lowering.emit.conv.epilogue import emit_pair_table
 from nkibot.lowering.emit.conv.phaseprefix import channel_param, literal
 from nkibot.lowering.emit.rowwise import Kernel
 from nkibot.lowering.frontend.ir import Op, Ref
@@ -83,9 +84,6 @@ def emit_table(kernel: Kernel, head: AffineHead, conv_bias: str | None, cout: in
     """The [Cout, 2] HBM table of (scale, shift) per output channel: scale 1, shift the
     conv's bias (or 0), then each step: an add shifts the shift, a multiply scales both.
     Computed once, 128 channels a tile."""
-    body, names = kernel.body, kernel.names
-    table = names.fresh("evict_hbm")
-    fn = names.fresh("fold_affine")
     params = list(dict.fromkeys(v for _, v in head.steps if isinstance(v, str)))
     args = ([conv_bias] if conv_bias is not None else []) + params
     blk = Block(depth=1)
@@ -107,13 +105,4 @@ def emit_table(kernel: Kernel, head: AffineHead, conv_bias: str | None, cout: in
         else:
             blk.line(f"nisa.tensor_scalar(dst=pair, data=pair, op0=nl.multiply, "
                      f"operand0={operand})")
-    blk.line("nisa.dma_copy(dst=table[nl.ds(c0, csz), 0:2], src=pair)")
-    kernel.helpers.append([f"def {fn}({', '.join([*args, 'table'])}, c0, csz):",
-                           f'    """{head.origins} folded into {origin}: (scale, shift) of '
-                           'channels c0..c0+csz."""', *blk.lines])
-    body.comment(f"{head.origins} folded into {origin}'s PSUM eviction: a (scale, shift) pair "
-                 "per output channel, computed once")
-    body.line(f"{table} = nl.ndarray(({cout}, 2), dtype=nl.float32, buffer=nl.hbm)")
-    for c0 in range(0, cout, PMAX):
-        body.line(f"{fn}({', '.join([*args, table])}, {c0}, {min(PMAX, cout - c0)})")
-    return table
+    return emit_pair_table(kernel, "fold_affine", args, blk, (head.origins, origin), cout)

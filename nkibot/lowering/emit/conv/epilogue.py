@@ -328,9 +328,6 @@ def emit_folded_norm(res: Resolved, kernel: Kernel, norm: Op, conv_bias: str | N
     (conv bias - mean) * scale + b. Computed once, 128 channels a tile."""
     mean, var, *affine = (leaf_arg(res, a, "BatchNorm statistic") for a in norm.args[1:])
     eps = float(str(norm.attr("eps")))
-    body, names = kernel.body, kernel.names
-    table = names.fresh("evict_hbm")
-    fn = names.fresh("fold_norm")
     cols = [("mean_c", mean), ("var_c", var)] + (
         [("w_c", affine[0]), ("b_c", affine[1])] if affine else []) + (
         [("cb_c", conv_bias)] if conv_bias is not None else [])
@@ -357,16 +354,26 @@ def emit_folded_norm(res: Resolved, kernel: Kernel, norm: Op, conv_bias: str | N
     else:
         blk.line("nisa.tensor_tensor(dst=pair[0:csz, 1:2], data1=mean_c, data2=pair[0:csz, 0:1], "
                  "op=nl.multiply)")
+    return emit_pair_table(kernel, "fold_norm", [leaf for _, leaf in cols], blk,
+                           (f"{norm.origin} (running statistics)", origin), cout)
+
+
+def emit_pair_table(kernel: Kernel, name: str, args: list[str], blk: Block,
+                    what: tuple[str, str], cout: int) -> str:
+    """A [Cout, 2] HBM table of (scale, shift) per output channel, filled once, 128
+    channels a call, by a helper of `args`: `blk` builds the tile `pair` of channels
+    c0..c0+csz. `what`: (what is folded, the conv's origin)."""
+    body, names = kernel.body, kernel.names
+    table, fn = names.fresh("evict_hbm"), names.fresh(name)
     blk.line("nisa.dma_copy(dst=table[nl.ds(c0, csz), 0:2], src=pair)")
-    args = ", ".join(leaf for _, leaf in cols)
-    kernel.helpers.append([f"def {fn}({args}, table, c0, csz):",
-                           f'    """{norm.origin} folded into {origin}: (scale, shift) of '
+    kernel.helpers.append([f"def {fn}({', '.join([*args, 'table'])}, c0, csz):",
+                           f'    """{what[0]} folded into {what[1]}: (scale, shift) of '
                            'channels c0..c0+csz."""', *blk.lines])
-    body.comment(f"{norm.origin} (running statistics) folded into {origin}'s PSUM eviction: "
-                 "a (scale, shift) pair per output channel, computed once")
+    body.comment(f"{what[0]} folded into {what[1]}'s PSUM eviction: a (scale, shift) pair "
+                 "per output channel, computed once")
     body.line(f"{table} = nl.ndarray(({cout}, 2), dtype=nl.float32, buffer=nl.hbm)")
     for c0 in range(0, cout, PMAX):
-        body.line(f"{fn}({args}, {table}, {c0}, {min(PMAX, cout - c0)})")
+        body.line(f"{fn}({', '.join([*args, table])}, {c0}, {min(PMAX, cout - c0)})")
     return table
 
 
