@@ -390,7 +390,7 @@ class TestConvTail:
             self, name: str, form: str) -> None:
         """Level 2 16: after Mish (one Scalar pass) the tail's adds and clamps load the
         Vector Engine, so the phases' bias adds run as Scalar Engine copies
-        (phasefold.evict_engine: 4,924 -> 2,267 us modelled on the level-2 task)."""
+        (phasefold.evict_engines: 4,924 -> 2,267 us modelled on the level-2 task)."""
         ctor, shape = CONVS[name]
         expr = "torch.clamp(F.mish(self.conv(x)) + 0.5, -1, 1) * 2.0"
         task = make_task(module_source(expr, init=f"        self.conv = {ctor}"), [shape])
