@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nkibot.lowering.emit.builder import Block
-from nkibot.lowering.emit.conv.epilogue import emit_pair_table
+from nkibot.lowering.emit.conv.epilogue import emit_pair_table, tail_reads
 from nkibot.lowering.emit.conv.phaseprefix import channel_param, literal
 from nkibot.lowering.emit.rowwise import Kernel
 from nkibot.lowering.frontend.ir import Op, Ref
@@ -70,12 +70,9 @@ def find(res: Resolved, conv: Op, tail: tuple[Op, ...]) -> AffineHead | None:
         ops.append(op)
         steps.append(step)
         prev = op.name
-    if not ops:
+    if not ops or not tail_reads(res, list(tail[len(ops):]),
+                                 [conv.name, *(op.name for op in ops)]):
         return None
-    earlier = {conv.name, *(op.name for op in ops[:-1])}
-    for op in tail[len(ops):]:
-        if any(isinstance(a, Ref) and res.target(a.name) in earlier for a in op.args):
-            return None
     return AffineHead(tuple(ops), tuple(steps))
 
 

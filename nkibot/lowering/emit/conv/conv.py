@@ -112,10 +112,9 @@ def _input(res: Resolved, conv: Op) -> tuple[str, tuple[int, ...], str]:
     return x, leaf.shape, leaf.dtype
 
 
-def _phase_unbanded(spec: ConvSpec, x_dtype: str, w_dtype: str) -> bool:
+def _phase_unbanded(spec: ConvSpec, elem: int) -> bool:
     """Whether a conv run by phase takes the phase fold or blocks form (convphase.py), not
     the banded one, whose evictions take only the bias."""
-    elem = 2 if x_dtype in ("bfloat16", "float16") and w_dtype == x_dtype else 4
     stacked = bandfold.stack(spec, elem, phased=True)
     dims = phasefold.phase_dims(stacked)
     return dims is not None and isinstance(choose_fold(stacked, dims, elem),
@@ -131,6 +130,9 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     spec = conv_spec(op, x_shape, w_leaf.shape)
     phased = phasefold.phase_dims(spec)
     by_phase = phased is not None and phasefold.faster(spec, phased)
+    compute = nl_dtype(x_dtype) if x_dtype in ("bfloat16", "float16") and (
+        w_leaf.dtype == x_dtype) else "nl.float32"
+    elem = 2 if compute != "nl.float32" else 4
     tail: convtail.TailCall | None = None
     fused: convpool.Fused | None = None
     prefix: phaseprefix.PhasePrefix | None = None
@@ -191,7 +193,7 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
             if not by_phase:
                 before = eviction_busy(epi)
                 before["vector"] += convpool.vector_load(fused)
-            elif _phase_unbanded(spec, x_dtype, w_leaf.dtype):
+            elif _phase_unbanded(spec, elem):
                 prefix = phaseprefix.find(res, op, epi.tail)
                 if prefix is not None:  # the tail starts after it
                     chain += [o.name for o in prefix.ops]
@@ -212,11 +214,8 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
         return
     slab = check(spec, x_dtype)
     band_spec = spec
-    compute = nl_dtype(x_dtype) if x_dtype in ("bfloat16", "float16") and (
-        w_leaf.dtype == x_dtype) else "nl.float32"
     kind = "transposed convolution" if spec.transposed else "convolution"
     kernel.body.comment(f"{op.origin}: {kind}, groups={spec.groups}, {spec.taps} taps")
-    elem = 2 if compute != "nl.float32" else 4
     if by_phase:
         if fused is not None:
             raise LayoutError("a pool or reduction on a transposed conv run phase by phase "

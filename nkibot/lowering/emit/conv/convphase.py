@@ -179,9 +179,9 @@ def _emit_tile(kernel: Kernel, spec: ConvSpec, dims: tuple[PhaseDim, ...],
     engines = phasefold.evict_engines(dict(tail.busy) if tail is not None else None,
                                       len(combos))
     bound = prefix.bound if prefix is not None else None
-    if bound is not None:
-        blk.comment(f"{prefix.origins if prefix else ''}: on each phase's eviction")
-        if not (prefix and prefix.relu):  # a Vector Engine op only
+    if prefix is not None and bound is not None:
+        blk.comment(f"{prefix.origins}: on each phase's eviction")
+        if not prefix.relu:  # a Vector Engine op only
             engines = ("vector",) * len(combos)
     for combo, engine in zip(combos, engines, strict=True):
         _emit_phase(blk, spec, dims, combo, (bias, engine, bound), fold)

@@ -260,7 +260,7 @@ def as_tail(res: Resolved, conv: Op, epi: Epilogue) -> Epilogue | None:
         return epi if not epi.prefix else None
     ops = (*epi.steps, *epi.tail)
     return replace(epi, norm=None, steps=(), residual=None, tail=ops, tail_from=conv.name) if (
-        _tail_reads(res, list(ops), [conv.name])) else None
+        tail_reads(res, list(ops), [conv.name])) else None
 
 
 def _prefix_step(res: Resolved, op: Op, prev: str, conv: Op, free: tuple[bool, bool]) -> bool:
@@ -293,7 +293,7 @@ def _with_tail(res: Resolved, last: str, rest: list[Op], i: int,
         kept = steps[:k - 1] if norm is not None and k else steps[:k]
         if norm is not None and k == 0:
             kept = ()
-        if _tail_reads(res, rest[k:], chain[:k + 1]):
+        if tail_reads(res, rest[k:], chain[:k + 1]):
             keep_norm = norm if norm is not None and k else None
             return Epilogue(keep_norm, kept, _residual(res, kept, chain[:k + 1]),
                             tuple(rest[k:]), chain[k])
@@ -310,8 +310,9 @@ def _residual(res: Resolved, steps: tuple[Op, ...], chain: list[str]) -> str | N
     return None
 
 
-def _tail_reads(res: Resolved, tail: list[Op], chain: list[str]) -> bool:
-    """Pointwise ops that read, of the conv's chain, only its last value."""
+def tail_reads(res: Resolved, tail: list[Op], chain: list[str]) -> bool:
+    """Pointwise ops that read, of the conv's chain, only its last value (what an eviction
+    took, its result the tail's first input)."""
     for op in tail:
         if op.op not in TAIL_OPS:
             return False

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 from nkibot.lowering.emit.builder import PMAX, Block
+from nkibot.lowering.emit.conv.epilogue import tail_reads
 from nkibot.lowering.frontend.ir import Op, Ref
 from nkibot.lowering.schedule.convspec import ConvSpec
 from nkibot.lowering.schedule.layout import Resolved
@@ -101,13 +102,9 @@ def find(res: Resolved, conv: Op, tail: tuple[Op, ...]) -> PhasePrefix | None:
         prev = op.name
         if bound is not None:
             break
-    if bound is None:
+    if bound is None or not tail_reads(res, list(tail[len(ops):]),
+                                       [conv.name, *(op.name for op in ops)]):
         return None
-    # the rest reads, of the conv's values, only the last one taken (the evicted tile)
-    earlier = {conv.name, *(op.name for op in ops[:-1])}
-    for op in tail[len(ops):]:
-        if any(isinstance(a, Ref) and res.target(a.name) in earlier for a in op.args):
-            return None
     return PhasePrefix(tuple(ops), tuple(adds), bound)
 
 
@@ -124,6 +121,8 @@ def emit_fold(body: Block, spec: ConvSpec, prefix: PhasePrefix, bias: bool) -> N
                   "buffer=nl.sbuf)")
         body.line("nisa.memset(dst=b_sb, value=0.0)")
     for add in prefix.adds:
+        if isinstance(add, str):
+            body.line(f"add_v = {add}.reshape(({spec.groups}, {cout}, 1))")
         for j in range(tiles):
             lo, c = j * PMAX, min(PMAX, cout - j * PMAX)
             col = f"b_sb[0:{c}, {j}, 0:1]"
@@ -131,7 +130,6 @@ def emit_fold(body: Block, spec: ConvSpec, prefix: PhasePrefix, bias: bool) -> N
                 body.line(f"nisa.tensor_scalar(dst={col}, data={col}, op0=nl.add, "
                           f"operand0={add!r})")
                 continue
-            body.line(f"add_v = {add}.reshape(({spec.groups}, {cout}, 1))")
             body.line(f"add_c = nl.ndarray(({c}, 1), dtype=nl.float32, buffer=nl.sbuf)")
             body.line(f"nisa.dma_copy(dst=add_c, src=add_v[g, {lo}:{lo + c}, 0:1])")
             body.line(f"nisa.tensor_tensor(dst={col}, data1={col}, data2=add_c, op=nl.add)")
