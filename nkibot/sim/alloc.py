@@ -64,13 +64,13 @@ def allocate(shape: Any, dtype: Any, buffer: Any = MemoryRegion.sbuf, name: str 
                 raise
             nbytes = tracker.take(reg.value, free * dt.itemsize, shp, dt)
     arr = np.empty(shp, dtypes.storage_dtype(dt))
-    if fill is not OVERWRITTEN:
-        arr.fill((np.nan if dtypes.is_float(dt) else 4) if fill is None else fill)
     state = np.zeros(shp, np.uint8) if reg is MemoryRegion.psum else None
     if state is not None and fill is not None and fill is not OVERWRITTEN:
         state.fill(PSUM_OTHER)
-    t = NkiTensor(new_allocation(arr, reg, tracker, nbytes, state,
-                                  st.launch.serial), dt, reg, name)
+    h = new_allocation(arr, reg, tracker, nbytes, state, st.launch.serial)
+    if fill is not OVERWRITTEN:  # written on first observation (storage.fill_pending)
+        h.alloc.unfilled = (np.nan if dtypes.is_float(dt) else 4) if fill is None else fill
+    t = NkiTensor(h, dt, reg, name)
     if tracker is not None:
         st.sites[site] = (st.loop_epoch, weakref.ref(t))
         if st.cost is not None:  # the cost model's allocator (nkibot/sim/cost/liveness.py)

@@ -27,6 +27,8 @@ from nkibot.sim.storage import (
     Handle,
     MemoryRegion,
     Stored,
+    fill_pending,
+    first_write,
     handle,
     settle,
     unpin,
@@ -93,6 +95,8 @@ def read(t: Stored, compute: np.dtype[Any] = F32) -> Arr:
     h = handle(t)
     if h.alloc.pending:
         settle(h.alloc)
+    if h.alloc.unfilled is not None:
+        fill_pending(h.alloc)
     if h.alloc.region is MemoryRegion.shared_hbm:
         _shared_access(h, False, t)
     st = h.state
@@ -120,6 +124,7 @@ def settled(t: Stored) -> Arr:
     """The tensor's values with pending matmuls run, without ending a PSUM group."""
     h = handle(t)
     settle(h.alloc)
+    fill_pending(h.alloc)
     if h.alloc.region is MemoryRegion.shared_hbm:
         _shared_access(h, False, t)
     return h.arr
@@ -150,6 +155,8 @@ def write(dst: Stored, value: Any, op: str) -> None:
         settle(alloc)
     if alloc.pinned_by:
         unpin(alloc)
+    if alloc.unfilled is not None:
+        first_write(h)
     arr = h.arr
     if isinstance(value, np.ndarray) and value.shape != arr.shape:
         value = value.reshape(arr.shape)

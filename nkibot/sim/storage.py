@@ -53,7 +53,7 @@ class Allocation:
     """Owns one allocation's storage; returns its bytes to the tracker when collected."""
 
     __slots__ = ("__weakref__", "base", "cost", "launch", "nbytes", "pending", "pinned_by",
-                 "region", "state", "tracker", "written")
+                 "region", "state", "tracker", "unfilled", "written")
 
     def __init__(self, base: Arr, region: MemoryRegion, tracker: MemoryTracker | None,
                  nbytes: int, state: Arr | None = None, launch: int | None = None) -> None:
@@ -67,6 +67,10 @@ class Allocation:
         self.pinned_by: list[weakref.ref[Allocation]] | None = None
         #: Set by the first write (a kernel may return an output argument it wrote).
         self.written = False
+        #: The sentinel (NaN, 4 or a `fill=` value) not yet written into `base`: a new
+        #: tile is filled when something first observes it or writes part of it, and
+        #: never when its first write covers it (`fill_pending`, `covers`).
+        self.unfilled: Any = None
         #: The cost model's record of accesses to this allocation (its `_Tile`, with the
         #: recorder core it belongs to); None while no model recorded one.
         self.cost: Any = None
@@ -193,6 +197,11 @@ def defer(dst: Handle, stationary: Arr, moving: Arr, overwrite: bool,
           pins: list[Allocation]) -> None:
     """Queue `dst (+)= stationary.T @ moving` (operands already [K, free] fp32 arrays)."""
     alloc = dst.alloc
+    if alloc.unfilled is not None:
+        if overwrite:
+            first_write(dst)
+        else:
+            fill_pending(alloc)
     groups: list[Group] = alloc.pending if alloc.pending is not None else []
     key = _key(dst.arr)
     group = next((g for g in groups if g.key == key), None)
@@ -210,6 +219,32 @@ def defer(dst: Handle, stationary: Arr, moving: Arr, overwrite: bool,
             pinned.pinned_by = [ref]
         elif pinned.pinned_by[-1] is not ref:
             pinned.pinned_by.append(ref)
+
+
+def fill_pending(alloc: Allocation) -> None:
+    """Write the allocation's sentinel now, if it is still pending (before any read of its
+    values or a write of part of it)."""
+    value = alloc.unfilled
+    if value is not None:
+        alloc.unfilled = None
+        alloc.base.fill(value)
+
+
+def covers(h: Handle) -> bool:
+    """Whether a write through this view writes every byte of its allocation (a plain,
+    writable view as large as the storage: reshapes, transposes and bitcasts of it)."""
+    return (type(h) is Handle and not h.readonly and h.arr.nbytes == h.alloc.base.nbytes
+            and 0 not in h.arr.strides)
+
+
+def first_write(h: Handle) -> None:
+    """Before writing through `h`: a write that covers a fresh allocation makes its
+    sentinel unobservable (skipped); any other write fills it first."""
+    if h.alloc.unfilled is not None:
+        if covers(h):
+            h.alloc.unfilled = None
+        else:
+            fill_pending(h.alloc)
 
 
 def settle(alloc: Allocation) -> None:
@@ -235,6 +270,7 @@ def values(t: Stored) -> Arr:
     """The tensor's settled values (a view; the simulator's own use only)."""
     h = handle(t)
     settle(h.alloc)
+    fill_pending(h.alloc)
     return h.arr
 
 

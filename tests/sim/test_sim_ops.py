@@ -52,6 +52,25 @@ class TestMath:
         specials = ops.erf(np.array([np.inf, -np.inf, np.nan], np.float32))
         assert specials[0] == 1.0 and specials[1] == -1.0 and np.isnan(specials[2])
 
+    def test_softplus_and_mish_stay_within_a_few_ulp(self) -> None:
+        """softplus (exp and log, no scalar log1p) is within 6 ulp of float64 on
+        [-100, 100] and at the special values; mish on top of it within 10."""
+        x = np.concatenate([np.linspace(-100, 100, 400_001, dtype=np.float32),
+                            np.array([0.0, -0.0, 1e-30, -1e-30, 88.0, -87.0, 1e-8], np.float32)])
+        for name, exact in (("softplus", np.logaddexp(0.0, x.astype(np.float64))),
+                            ("mish", x * np.tanh(np.logaddexp(0.0, x.astype(np.float64))))):
+            got = ops.UNARY[name](x)
+            assert got.dtype == np.float32
+            keep = np.abs(exact) > 1e-37  # below: denormal results, compared absolutely
+            ulp = np.spacing(np.abs(exact[keep]).astype(np.float32)).astype(np.float64)
+            err = np.abs(got[keep] - exact[keep]) / ulp
+            assert err.max() <= (6 if name == "softplus" else 10), (name, err.max())
+            assert np.max(np.abs(got[~keep] - exact[~keep])) < 1e-37
+        specials = ops.UNARY["softplus"](np.array([np.inf, -np.inf, np.nan, -200], np.float32))
+        assert specials[0] == np.inf and specials[1] == 0 and np.isnan(specials[2])
+        assert specials[3] == 0
+        assert float(ops.UNARY["softplus"](np.float32(0.0))) == pytest.approx(np.log(2.0))
+
     def test_gelu_variants(self, nl: ModuleType) -> None:
         """gelu (erf) and gelu_apprx_tanh match their closed forms."""
         x = np.linspace(-4, 4, 64, dtype=np.float32).reshape(2, 32)

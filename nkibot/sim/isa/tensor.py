@@ -29,6 +29,7 @@ from nkibot.sim.storage import (
     PSUM_NEVER,
     MemoryRegion,
     defer,
+    fill_pending,
     pending_group,
     settle,
 )
@@ -171,6 +172,7 @@ def issue_matmul(dst: NkiTensor, s_arr: np.ndarray[Any, Any], m_arr: np.ndarray[
     if overwrite is None:
         # Per-element inference over partly matmul-written PSUM: compute eagerly.
         settle(h.alloc)
+        fill_pending(h.alloc)
         mask = (state == PSUM_MATMUL).reshape(dst.shape[0], -1)
         product = s_arr.T @ m_arr
         current = h.arr.reshape(mask.shape)
