@@ -14,6 +14,7 @@ its reason string is `static:<rule> <detail>`.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 
@@ -41,15 +42,22 @@ class Finding:
 
 def static_findings(src: str) -> list[Finding]:
     """Every rule the source breaks, in source order (a syntax error is one finding)."""
+    return list(_findings(src))
+
+
+@functools.lru_cache(maxsize=16)
+def _findings(src: str) -> tuple[Finding, ...]:
+    """`static_findings`, once per source: a conversion checks one kernel at compile,
+    verification, costing and profiling (about a second of libcst each at 300 lines)."""
     try:
         module = cst.parse_module(src)
     except cst.ParserSyntaxError as exc:
-        return [Finding("syntax-error", f"line {exc.raw_line}: {exc.message}", exc.raw_line,
-                        "fix the Python syntax; send the complete file")]
+        return (Finding("syntax-error", f"line {exc.raw_line}: {exc.message}", exc.raw_line,
+                        "fix the Python syntax; send the complete file"),)
     checker = Checker()
     MetadataWrapper(module).visit(checker)
     found = [Finding(rule, detail, line, fix) for rule, detail, line, fix in checker.found]
-    return sorted(dict.fromkeys(found), key=lambda f: f.line or 0)
+    return tuple(sorted(dict.fromkeys(found), key=lambda f: f.line or 0))
 
 
 def static_check(src: str) -> list[str]:

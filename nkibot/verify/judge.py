@@ -25,7 +25,7 @@ from nkibot.results import Diagnostic, TrialStats
 from nkibot.task import Task, Tolerance
 from nkibot.verify.protocol import dtype_name
 from nkibot.verify.reference import ReferenceSet
-from nkibot.verify.stats import Expected, compare, mismatch_reason, near_constant
+from nkibot.verify.stats import NEAR_CONSTANT_LABEL, Expected, compare, mismatch_reason
 
 _PRECISION = {"float8_e4m3": 0, "float8_e5m2": 0, "bfloat16": 1, "float16": 2, "float32": 3}
 MAX_NUMERIC_REASONS = 8
@@ -77,8 +77,7 @@ def judge(task: Task, reference: ReferenceSet, run: KernelRun) -> Judgement:
             tol = tolerance(task, reference, exp.dtype)
             stats = compare(exp, actual, dtype_name(actual.dtype), tol)
             trials.append(stats)
-            if near_constant(exp.values, tol) is not None and tol.atol > 0 and not (
-                    stats.ill_conditioned):
+            if NEAR_CONSTANT_LABEL in stats.label and not stats.ill_conditioned:
                 notes.append(Diagnostic(
                     rule="reference:near-constant", severity="notice",
                     message=f"trial {t} output {k}: the reference is near-constant, so it is "

@@ -42,7 +42,9 @@ rounds to inf where the reference's product is 3.4028e38, or the reverse).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -65,6 +67,8 @@ _MANTISSA = {"bfloat16": 7, "float16": 10, "float8_e4m3": 3, "float8_e5m2": 2}
 #: output is judged per element only.
 AGGREGATE_MIN = 32
 SPECIAL_LABEL = "special values"
+#: What `compare` adds to the label of an output judged as near-constant.
+NEAR_CONSTANT_LABEL = "reference near-constant: compared relatively"
 # 64-bit outputs have no NKI dtype; the kernel returns the 32-bit one.
 _ACCEPTED = {"float64": {"float64", "float32"}, "int64": {"int64", "int32"}}
 
@@ -87,7 +91,48 @@ def _within(values: np.ndarray[Any, Any], centre: float, tol: Tolerance) -> bool
     return bool(np.all(np.abs(values - centre) <= tol.atol + tol.rtol * np.abs(values)))
 
 
-def near_constant(expected: np.ndarray[Any, Any], tol: Tolerance) -> tuple[float, float] | None:
+#: Elements per piece when the parent judges an output: the float64 temporaries of a piece
+#: (a dozen of 2 MiB) stay in cache, where whole-output ones of a 66M-element output were
+#: 528 MB each, and allocating and faulting them in was most of the judging's time.
+CHUNK = 1 << 18
+
+
+def _pieces(values: np.ndarray[Any, Any], chunk: int) -> Iterator[tuple[int, np.ndarray[Any, Any]]]:
+    flat = values.reshape(-1)
+    for start in range(0, max(flat.size, 1), chunk):
+        yield start, flat[start:start + chunk]
+
+
+def _finite_range(values: np.ndarray[Any, Any], chunk: int = CHUNK) -> tuple[float, float] | None:
+    """(min, max) of the finite elements in float64, or None when there are none."""
+    lo, hi = np.inf, -np.inf
+    for _, piece in _pieces(values, chunk):
+        if not piece.size:
+            continue
+        # in the native dtype first: finite ends mean every element is finite (a NaN
+        # makes both NaN, an infinity an end), and the float64 of an end is exact
+        least, most = float(piece.min()), float(piece.max())
+        if not (math.isfinite(least) and math.isfinite(most)):
+            e = piece.astype(np.float64)
+            finite = e[np.isfinite(e)]
+            if not finite.size:
+                continue
+            least, most = float(finite.min()), float(finite.max())
+        lo, hi = min(lo, least), max(hi, most)
+    return None if lo > hi else (lo, hi)
+
+
+def _all_within(values: np.ndarray[Any, Any], centre: float, tol: Tolerance,
+                chunk: int) -> bool:
+    for _, piece in _pieces(values, chunk):
+        e = piece.astype(np.float64)
+        if not _within(e[np.isfinite(e)], centre, tol):
+            return False
+    return True
+
+
+def near_constant(expected: np.ndarray[Any, Any], tol: Tolerance,
+                  chunk: int = CHUNK) -> tuple[float, float] | None:
     """(centre, spread) when a constant (0 or the median) would pass; None when it would not.
 
     Decided on the extremes first, exactly: a constant that fails the smallest or the
@@ -96,22 +141,23 @@ def near_constant(expected: np.ndarray[Any, Any], tol: Tolerance) -> tuple[float
     may be near-constant) is checked element by element; the median is found only then.
     Most outputs are not near-constant, and at 57M elements the full checks took ~10 s.
     """
-    e = expected.astype(np.float64)
-    finite = e[np.isfinite(e)]
-    if finite.size == 0:
+    found = _finite_range(expected, chunk)
+    if found is None:
         return None
-    ends = np.array([finite.min(), finite.max()])
-    lo, hi = abs(float(ends[0])), abs(float(ends[1]))
+    ends = np.array(found)
+    lo, hi = abs(found[0]), abs(found[1])
     reach = 2 * tol.atol + tol.rtol * (lo + hi)
     # float64 rounding in the element-wise rule is ~1e-16 relative: 1e-9 is far beyond it
-    apart = float(ends[1] - ends[0]) > reach + 1e-9 * (lo + hi + tol.atol)
+    apart = found[1] - found[0] > reach + 1e-9 * (lo + hi + tol.atol)
     for centre in (0.0, None):
         if centre is None:
             if apart:
                 return None
-            centre = float(np.median(finite))
-        if _within(ends, centre, tol) and _within(finite, centre, tol):
-            return centre, float(np.max(np.abs(finite - centre)))
+            e = expected.astype(np.float64).reshape(-1)
+            centre = float(np.median(e[np.isfinite(e)]))
+        if _within(ends, centre, tol) and _all_within(expected, centre, tol, chunk):
+            spread = max(abs(found[0] - centre), abs(found[1] - centre))
+            return centre, spread
     return None
 
 
@@ -119,9 +165,34 @@ def dtype_ok(expected: str, actual: str) -> bool:
     return actual in _ACCEPTED.get(expected, {expected})
 
 
+@dataclass
+class _Sums:
+    """What `compare` gathers over the pieces of one output."""
+
+    mismatched: int = 0
+    outside: int = 0
+    nans: int = 0
+    infs: int = 0
+    max_err: float = 0.0
+    max_rel: float = 0.0
+    finite_err: float = 0.0
+    finite_n: int = 0
+    compared: int = 0
+    signed: float = 0.0
+    err_compared: float = 0.0
+    square_compared: float = 0.0
+    #: (-error, flat index, expected, actual) of each piece's worst, mismatches and all
+    worst_bad: list[tuple[float, int, float, float]] = field(default_factory=list)
+    worst_all: list[tuple[float, int, float, float]] = field(default_factory=list)
+
+
 def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
-            tol: Tolerance) -> TrialStats:
-    """Statistics for one output of one trial; `passed` needs shape, dtype and values."""
+            tol: Tolerance, chunk: int = CHUNK) -> TrialStats:
+    """Statistics for one output of one trial; `passed` needs shape, dtype and values.
+
+    The output is judged piece by piece (`CHUNK` elements) with the same rules; only the
+    sums, counts and extremes are kept. Means are sums of the pieces' sums, so they can
+    differ from a one-pass mean in the last bits."""
     if not (is_float(exp.dtype) or is_float(actual_dtype)):
         tol = _EXACT
     base = TrialStats(
@@ -132,16 +203,57 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
         atol=tol.atol, rtol=tol.rtol)
     if tuple(actual.shape) != tuple(exp.values.shape):
         return base.model_copy(update={"shape_ok": False, "mismatched": base.total})
-    flagged = near_constant(exp.values, tol) if tol.atol > 0 else None
+    flagged = near_constant(exp.values, tol, chunk) if tol.atol > 0 else None
     label, centre = exp.label, 0.0
     if flagged is not None:
         # Compare deviations from the constant, scaled by the reference's own spread.
         centre, spread = flagged
         floor = ULP_FLOOR * abs(float(np.spacing(np.float32(centre))))  # spacing(<0) < 0
         tol = Tolerance(atol=max(tol.atol * spread, floor), rtol=tol.rtol)
-        label = f"{label}, reference near-constant: compared relatively".lstrip(", ")
+        label = f"{label}, {NEAR_CONSTANT_LABEL}".lstrip(", ")
+    # an element within twice the reference's own rounding error of it also matches: a
+    # kernel as accurate as the fp32 reference can be that far from it
+    slack, ill = _slack(exp, tol, chunk)
+    if ill:
+        label = (f"{label}, reference ill-conditioned: its own fp32 error "
+                 f"{exp.ref_error:.3g} exceeds the tolerance, compared within twice "
+                 "that").lstrip(", ")
+    sums = _Sums()
+    flat_actual = actual.reshape(-1)
+    for start, piece in _pieces(exp.values, chunk):
+        _judge_piece(sums, start, piece, flat_actual[start:start + piece.size], exp, tol,
+                     centre, slack)
+    limit = None
+    if flagged is None and sums.compared >= AGGREGATE_MIN and (tol.atol > 0 or tol.rtol > 0):
+        limit = _limit(math.sqrt(sums.square_compared / sums.compared), tol, slack,
+                       exp.dtype)
+    aggregate_ok = limit is None or sums.err_compared / sums.compared <= limit
+    mean = sums.finite_err / sums.finite_n if sums.finite_n else _finite_max(
+        np.array([sums.max_err]))
+    return base.model_copy(update={
+        "label": label,
+        "passed": sums.mismatched == 0 and base.dtype_ok and aggregate_ok,
+        "bias": sums.signed / sums.compared if sums.compared else 0.0,
+        "aggregate_limit": limit, "aggregate_ok": aggregate_ok,
+        "out_of_domain": sums.outside,
+        "atol": tol.atol,
+        "max_abs_error": _finite_max(np.array([sums.max_err])) if base.total else 0.0,
+        "max_rel_error": _finite_max(np.array([sums.max_rel])) if base.total else 0.0,
+        "mean_abs_error": mean if base.total else 0.0,
+        "mismatched": sums.mismatched,
+        "ill_conditioned": ill,
+        "nan_count": sums.nans,
+        "inf_count": sums.infs,
+        "worst": _worst(sums, exp.values.shape),
+    })
+
+
+def _judge_piece(sums: _Sums, start: int, expected: np.ndarray[Any, Any],
+                 actual: np.ndarray[Any, Any], exp: Expected, tol: Tolerance,
+                 centre: float, slack: float) -> None:
+    """Add one piece's counts, sums and worst elements to `sums` (the module's rules)."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        e = exp.values.astype(np.float64)
+        e = expected.astype(np.float64)
         a = actual.astype(np.float64)
         err = np.abs(a - e)
         both_nan = np.isnan(a) & np.isnan(e)
@@ -150,13 +262,6 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
         # the reference itself has no value there (module docstring); normal trials strict
         outside = np.zeros_like(both_nan) if exp.label.startswith("normal") else np.isnan(e)
         edge = _overflow_edge(e, a, inf_e, exp.dtype, tol)
-        # an element within twice the reference's own rounding error of it also matches: a
-        # kernel as accurate as the fp32 reference can be that far from it
-        slack, ill = _slack(exp, e, tol)
-        if ill:
-            label = (f"{label}, reference ill-conditioned: its own fp32 error "
-                     f"{exp.ref_error:.3g} exceeds the tolerance, compared within twice "
-                     "that").lstrip(", ")
         ulp = output_ulp(e, exp.dtype)
         # the numeric rules hold only against a finite reference: against inf, rtol * |e|
         # (and a bf16 ulp) is inf, so any finite value or the other infinity passed
@@ -167,27 +272,29 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
         err = np.where(np.isnan(err), np.inf, err)
         rel = err / np.maximum(np.abs(e), tol.atol if tol.atol > 0 else 1e-12)
         signed = a - e
-    compared = np.isfinite(e) & np.isfinite(signed) & ~outside
-    limit = None if flagged is not None else aggregate_limit(e[compared], tol, slack,
-                                                             exp.dtype)
-    bias = float(np.mean(signed[compared])) if compared.any() else 0.0
-    aggregate_ok = limit is None or float(np.mean(err[compared])) <= limit
-    mismatched = int(np.count_nonzero(~ok))
-    return base.model_copy(update={
-        "label": label,
-        "passed": mismatched == 0 and base.dtype_ok and aggregate_ok,
-        "bias": bias, "aggregate_limit": limit, "aggregate_ok": aggregate_ok,
-        "out_of_domain": int(np.count_nonzero(outside)),
-        "atol": tol.atol,
-        "max_abs_error": _finite_max(err),
-        "max_rel_error": _finite_max(rel),
-        "mean_abs_error": _finite_mean(err),
-        "mismatched": mismatched,
-        "ill_conditioned": ill,
-        "nan_count": int(np.count_nonzero(np.isnan(a))),
-        "inf_count": int(np.count_nonzero(np.isinf(a))),
-        "worst": _worst(err, e, a, ok),
-    })
+        compared = np.isfinite(e) & np.isfinite(signed) & ~outside
+        finite_err = err[np.isfinite(err)]
+        sums.square_compared += float(np.sum(np.square(e[compared])))
+    if not err.size:
+        return
+    bad = np.flatnonzero(~ok)
+    sums.mismatched += int(bad.size)
+    sums.outside += int(np.count_nonzero(outside))
+    sums.nans += int(np.count_nonzero(np.isnan(a)))
+    sums.infs += int(np.count_nonzero(np.isinf(a)))
+    sums.max_err = max(sums.max_err, _top(err))
+    sums.max_rel = max(sums.max_rel, _top(rel))
+    sums.finite_err += float(np.sum(finite_err))
+    sums.finite_n += int(finite_err.size)
+    sums.compared += int(np.count_nonzero(compared))
+    sums.signed += float(np.sum(signed[compared]))
+    sums.err_compared += float(np.sum(err[compared]))
+    picks = bad[largest(err[bad], WORST)] if bad.size else largest(err, WORST)
+    found = [(-float(err[p]), start + int(p), float(e[p]), float(a[p])) for p in picks]
+    if bad.size:
+        sums.worst_bad = sorted([*sums.worst_bad, *found])[:WORST]
+    elif not sums.worst_bad:
+        sums.worst_all = sorted([*sums.worst_all, *found])[:WORST]
 
 
 def _overflow_edge(e: np.ndarray[Any, Any], a: np.ndarray[Any, Any],
@@ -235,11 +342,14 @@ def aggregate_limit(e: np.ndarray[Any, Any], tol: Tolerance, slack: float,
     output dtype, always passes."""
     if e.size < AGGREGATE_MIN or (tol.atol <= 0 and tol.rtol <= 0):
         return None
-    scale = float(np.sqrt(np.mean(np.square(e))))
+    return _limit(float(np.sqrt(np.mean(np.square(e)))), tol, slack, dtype)
+
+
+def _limit(scale: float, tol: Tolerance, slack: float, dtype: str) -> float:
     return tol.rtol * scale + slack + float(np.max(output_ulp(np.array([scale]), dtype)))
 
 
-def _slack(exp: Expected, e: np.ndarray[Any, Any], tol: Tolerance) -> tuple[float, bool]:
+def _slack(exp: Expected, tol: Tolerance, chunk: int = CHUNK) -> tuple[float, bool]:
     """(slack, ill-conditioned): how far from the reference an element may be, as twice the
     reference's own error (its fp32 run against a float64 run of the same model).
 
@@ -253,7 +363,8 @@ def _slack(exp: Expected, e: np.ndarray[Any, Any], tol: Tolerance) -> tuple[floa
     """
     if tol.atol <= 0 or exp.ref_error <= 0:
         return 0.0, False
-    top = float(np.max(np.abs(e[np.isfinite(e)]), initial=0.0))
+    found = _finite_range(exp.values, chunk)
+    top = 0.0 if found is None else max(abs(found[0]), abs(found[1]))
     cap = tol.atol + tol.rtol * top
     wide = 2.0 * exp.ref_error
     if wide <= cap or exp.label.startswith("normal") or not np.isfinite(wide):
@@ -277,19 +388,19 @@ def _finite_max(values: np.ndarray[Any, Any]) -> float:
     return top if np.isfinite(top) else float(np.finfo(np.float64).max)
 
 
-def _worst(err: np.ndarray[Any, Any], e: np.ndarray[Any, Any], a: np.ndarray[Any, Any],
-           ok: np.ndarray[Any, Any]) -> list[WorstElement]:
+def _top(values: np.ndarray[Any, Any]) -> float:
+    """The largest value, NaN counting as infinite (a NaN reference's relative error)."""
+    top = float(np.max(values))
+    return np.inf if np.isnan(top) else top
+
+
+def _worst(sums: _Sums, shape: tuple[int, ...]) -> list[WorstElement]:
     """The largest errors, mismatches first, with their multi-dimensional indices."""
-    if err.size == 0:
-        return []
-    flat = err.ravel()
-    bad = np.flatnonzero(~ok.ravel())
-    picks = bad[largest(flat[bad], WORST)] if bad.size else largest(flat, WORST)
     out = []
-    for p in picks:
-        index = [int(i) for i in np.unravel_index(int(p), err.shape)]
-        out.append(WorstElement(index=index, expected=_num(e.ravel()[p]),
-                                actual=_num(a.ravel()[p]), abs_error=_num(err.ravel()[p])))
+    for neg, p, expected, actual in sums.worst_bad or sums.worst_all:
+        index = [int(i) for i in np.unravel_index(p, shape)]
+        out.append(WorstElement(index=index, expected=expected, actual=actual,
+                                abs_error=-neg))
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 from nkibot.task import Tolerance
 from nkibot.verify.stats import (
@@ -286,6 +287,54 @@ class TestFastPaths:
                 assert near_constant(e, tol) == _near_constant_by_definition(e, tol)
                 cases += near_constant(e, tol) is not None
         assert cases > 100  # both answers were exercised
+
+    def test_near_constant_is_the_same_in_pieces(self) -> None:
+        """Judged a few elements at a time, near_constant decides as in one piece."""
+        rng = np.random.default_rng(8)
+        for _ in range(200):
+            n = int(rng.integers(1, 200))
+            e = (float(rng.choice([0.0, 5.0])) + float(rng.choice([0.0, 1e-4, 1.0])) *
+                 rng.standard_normal(n)).astype(np.float32)
+            if rng.random() < 0.3:
+                e[rng.integers(0, n)] = rng.choice([np.nan, np.inf])
+            assert near_constant(e, TOL, chunk=3) == near_constant(e, TOL, chunk=1 << 20)
+
+    def test_compare_in_pieces_reports_what_one_piece_does(self) -> None:
+        """Every statistic of a piecewise comparison (pieces of 1, 5 and 64 elements) is the
+        one-piece value: counts, extremes and the worst elements exactly, means to 1e-12,
+        across NaN, infinities, near-constant and ill-conditioned references, bf16
+        outputs, stress labels and exact tolerances."""
+        rng = np.random.default_rng(11)
+        failing = 0
+        for case in range(300):
+            shape = tuple(int(d) for d in rng.integers(1, 7, size=int(rng.integers(0, 4))))
+            e = (rng.standard_normal(shape) * float(rng.choice([1e-6, 1.0, 1e3]))).astype(
+                np.float32)
+            if case % 7 == 1:
+                e = (3.0 + 1e-7 * rng.standard_normal(shape)).astype(np.float32)
+            a = (e + rng.standard_normal(shape) * float(rng.choice([0, 1e-5, 1e-3, 1]))
+                 ).astype(np.float32)
+            if e.size and case % 5 == 2:
+                e.flat[int(rng.integers(e.size))] = np.nan
+            if a.size and case % 6 == 3:
+                a.flat[int(rng.integers(a.size))] = rng.choice([np.nan, np.inf])
+            dtype = "bfloat16" if case % 9 == 4 else "float32"
+            actual = a.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else a
+            exp = Expected(values=e, dtype=dtype, trial=1, seed=1, output=0,
+                           label=str(rng.choice(["normal", "offset +100"])),
+                           ref_error=float(rng.choice([0.0, 1e-6, 1e-2])))
+            tol = [TOL, Tolerance(atol=1e-5, rtol=0.0), Tolerance(atol=0.0, rtol=0.0)][case % 3]
+            whole = compare(exp, actual, dtype, tol, chunk=1 << 20).model_dump()
+            failing += not whole["passed"]
+            for chunk in (1, 5, 64):
+                part = compare(exp, actual, dtype, tol, chunk=chunk).model_dump()
+                for key, want in whole.items():
+                    got = part[key]
+                    if isinstance(want, float) and np.isfinite(want):
+                        assert got == pytest.approx(want, rel=1e-12, abs=1e-300), (case, key)
+                    else:
+                        assert repr(got) == repr(want), (case, chunk, key)
+        assert 30 < failing < 270  # both verdicts were exercised
 
     def test_largest_are_the_biggest_first_then_by_position(self) -> None:
         rng = np.random.default_rng(3)

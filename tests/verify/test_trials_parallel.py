@@ -86,3 +86,27 @@ def test_a_failed_first_run_is_judged_without_the_second(
     assert len(together.spans) == 2 and len(alone.spans) == 1
     assert both.run.deterministic is None and first.run.deterministic is None
     assert both.run.outputs == [] and first.run.outputs == []
+
+
+def test_same_bytes_is_bit_for_bit_across_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The determinism comparison sees one flipped bit anywhere, a NaN payload, -0.0
+    against 0.0 and a size change, whether the arrays span one piece or many."""
+    import numpy as np
+
+    from nkibot.verify import trials
+
+    monkeypatch.setattr(trials, "_PIECE", 64)  # 1000 floats, 500 words: 8 pieces
+    x = np.random.default_rng(5).standard_normal(1000).astype(np.float32)
+    assert trials.same_bytes(x, x.copy())
+    for at in (0, 17, 999):
+        y = x.copy()
+        y.view(np.uint32)[at] ^= 1
+        assert not trials.same_bytes(x, y)
+    nan = np.array([np.nan], np.float32)
+    payload = nan.copy()
+    payload.view(np.uint32)[0] |= 1
+    assert not trials.same_bytes(nan, payload)
+    assert not trials.same_bytes(np.array([0.0], np.float32), np.array([-0.0], np.float32))
+    assert not trials.same_bytes(x, x[:-1])
+    turned = x.reshape(10, 100).T
+    assert trials.same_bytes(turned.copy(), np.ascontiguousarray(turned))
