@@ -11,7 +11,8 @@ thread count (threadpoolctl; the OpenBLAS environment variables are left alone).
 
 `--kernelbench DIR` times KernelBench-sized kernels instead: the lowering's kernel for a
 GEMM (level 1), a 3-D conv (level 1), a GEMM with its epilogue chain (level 2, ~17,600
-instructions) and a scan (level 1 cumsum, few large instructions), each file shrunk to
+instructions), a scan (level 1 cumsum, few large instructions) and two convs whose
+epilogues are transcendental (level 2 4, two Mish; level 2 54, GELU), each file shrunk to
 4M elements per input (`bench/shrink.py`), against PyTorch's CPU run of the module on the
 same inputs (one thread), and the simulator's per-instruction overhead: (simulator -
 reference seconds) / instructions issued, in µs.
@@ -109,6 +110,8 @@ KERNELBENCH = {
     "conv3d": "level1/54_conv_standard_3D__square_input__square_kernel.py",
     "l2-epilogue": "level2/12_Gemm_Multiply_LeakyReLU.py",
     "scan": "level1/89_cumsum.py",
+    "l2-conv-mish": "level2/4_Conv2d_Mish_Mish.py",
+    "l2-conv-gelu": "level2/54_Conv2d_Multiply_LeakyReLU_GELU.py",
 }
 
 

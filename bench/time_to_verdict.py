@@ -51,6 +51,7 @@ CASES: dict[str, tuple[str, str]] = {
     "readme-rmsnorm": ("repo:examples/rmsnorm.py", "RMSNorm"),
     "l1-conv3d": ("level1/54_conv_standard_3D__square_input__square_kernel.py", "Model"),
     "l2-gemm-chain": ("level2/12_Gemm_Multiply_LeakyReLU.py", "Model"),
+    "l2-conv-chain": ("level2/4_Conv2d_Mish_Mish.py", "Model"),
     "l3-mlp": ("level3/1_MLP.py", "Model"),
 }
 
