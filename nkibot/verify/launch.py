@@ -24,6 +24,13 @@ _CLONE_NEWNS = 0x00020000
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
 
 
+def cores() -> int:
+    """The cores this process may run on (`os.process_cpu_count` from Python 3.13)."""
+    counted = getattr(os, "process_cpu_count", None)
+    found = counted() if counted is not None else len(os.sched_getaffinity(0))
+    return max(1, found or 1)
+
+
 @dataclass(frozen=True)
 class Limits:
     memory_mb: int | None

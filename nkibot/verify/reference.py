@@ -35,7 +35,7 @@ import numpy as np
 from nkibot.task import Task
 from nkibot.verify.client import run_harness
 from nkibot.verify.hints import explain
-from nkibot.verify.launch import Limits
+from nkibot.verify.launch import Limits, cores
 from nkibot.verify.protocol import (
     LOW_PRECISION,
     NUMPY_DTYPES,
@@ -207,6 +207,9 @@ def compute_reference(task: Task, *, timeout_s: float = 120.0,
             "inputs_dir": str(root / "inputs"),
             "state_dir": str(root / "state"),
             "expected_dir": str(expected_root),
+            # nothing else of the conversion runs beside the reference: its torch may use
+            # every core (the kernel children and the other torch children keep to one)
+            "threads": cores(),
         }
         confinement = Confinement(readable=(source.parent,), writable=(
             root / "inputs", root / "state", expected_root))

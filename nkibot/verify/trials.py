@@ -13,7 +13,6 @@ difference between the runs. The parent then decides every guard on its own data
 from __future__ import annotations
 
 import math
-import os
 import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ import numpy as np
 
 from nkibot.verify.client import HarnessReply
 from nkibot.verify.judge import Arrays, KernelRun
+from nkibot.verify.launch import cores
 from nkibot.verify.protocol import (
     BadArrayFile,
     dtype_name,
@@ -52,12 +52,6 @@ def shuffled(count: int) -> list[int]:
     secrets.SystemRandom().shuffle(order)
     return order
 
-
-def cores() -> int:
-    """The cores this process may run on (`os.process_cpu_count` from Python 3.13)."""
-    counted = getattr(os, "process_cpu_count", None)
-    found = counted() if counted is not None else len(os.sched_getaffinity(0))
-    return max(1, found or 1)
 
 
 def parallel_runs(available: int) -> bool:

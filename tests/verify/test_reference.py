@@ -166,3 +166,24 @@ class TestReferenceErrors:
         x = torch.ones(4)
         assert torch_side._timed_errors(slow_but_idle, [x], [x * 2]) == [0.0]
         assert torch_side._fp64_spent[0] - before < 0.2
+
+
+class TestReferenceThreads:
+    def test_the_reference_child_runs_torch_on_every_core(self, tmp_path: Path) -> None:
+        """The reference runs alone, so its sandboxed child sets torch to the cores the
+        parent may use (`launch.cores`); the child's env keeps one thread otherwise."""
+        from nkibot.verify.launch import cores
+
+        src = tmp_path / "threads.py"
+        src.write_text(
+            "import torch\n\n\n"
+            "class Model(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return x * 0 + torch.get_num_threads()\n\n\n"
+            "def get_inputs():\n"
+            "    return [torch.randn(4, 8)]\n\n\n"
+            "def get_init_inputs():\n"
+            "    return []\n", encoding="utf-8")
+        task = load_task(src, "Model")
+        with compute_reference(task, timeout_s=120.0) as ref:
+            assert np.all(ref.expected(0, 0) == cores())

@@ -184,6 +184,7 @@ def _run(model: Any, inputs: list[Any], fp32: bool) -> list[torch.Tensor]:
 
 
 def reference(request: dict[str, Any]) -> dict[str, Any]:
+    torch.set_num_threads(max(1, min(int(request.get("threads", 1)), 256)))
     try:
         module, entry = load_reference(request)
         model = _build(entry, request.get("init_args", []), request.get("init_kwargs") or {})
