@@ -28,6 +28,18 @@ def nki(kernel_backend_name: str) -> Iterator[ModuleType]:
 
 
 @pytest.fixture
+def nl(nki: ModuleType) -> ModuleType:
+    """`nki.language` of the active backend."""
+    return nki.language
+
+
+@pytest.fixture
+def nisa(nki: ModuleType) -> ModuleType:
+    """`nki.isa` of the active backend."""
+    return nki.isa
+
+
+@pytest.fixture
 def ck(nki: ModuleType) -> ModuleType:
     """The conformance kernels, imported against the backend's `nki`."""
     return load_module(HERE / "conformance_kernels.py", "conformance_kernels")

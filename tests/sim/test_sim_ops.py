@@ -14,16 +14,6 @@ from nkibot.sim import ConstraintError, dtypes, ops
 from nkibot.sim.storage import values as peek  # white-box: the tests read storage
 
 
-@pytest.fixture
-def nl(nki: ModuleType) -> ModuleType:
-    return nki.language
-
-
-@pytest.fixture
-def nisa(nki: ModuleType) -> ModuleType:
-    return nki.isa
-
-
 def tile(nl: ModuleType, values: Any, dtype: Any = None) -> Any:
     arr = np.asarray(values, dtype=np.float32)
     t = nl.ndarray(arr.shape, dtype=nl.float32 if dtype is None else dtype, buffer=nl.sbuf)

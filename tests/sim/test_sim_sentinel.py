@@ -7,20 +7,9 @@ from __future__ import annotations
 from types import ModuleType
 
 import numpy as np
-import pytest
 
 from nkibot.sim.storage import handle
 from nkibot.sim.storage import values as peek
-
-
-@pytest.fixture
-def nl(nki: ModuleType) -> ModuleType:
-    return nki.language
-
-
-@pytest.fixture
-def nisa(nki: ModuleType) -> ModuleType:
-    return nki.isa
 
 
 def _src(nl: ModuleType, shape: tuple[int, ...]) -> object:

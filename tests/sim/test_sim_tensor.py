@@ -11,11 +11,6 @@ from nkibot.sim import ConstraintError
 from nkibot.sim.storage import values as peek  # white-box: the tests read storage
 
 
-@pytest.fixture
-def nl(nki: ModuleType) -> ModuleType:
-    return nki.language
-
-
 def filled(nl: ModuleType, shape: tuple[int, ...], buffer: object) -> object:
     t = nl.ndarray(shape, dtype=nl.float32, buffer=buffer)
     peek(t)[...] = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
