@@ -141,7 +141,13 @@ def near_constant(expected: np.ndarray[Any, Any], tol: Tolerance,
     may be near-constant) is checked element by element; the median is found only then.
     Most outputs are not near-constant, and at 57M elements the full checks took ~10 s.
     """
-    found = _finite_range(expected, chunk)
+    return _near_constant(expected, tol, _finite_range(expected, chunk), chunk)
+
+
+def _near_constant(expected: np.ndarray[Any, Any], tol: Tolerance,
+                   found: tuple[float, float] | None,
+                   chunk: int) -> tuple[float, float] | None:
+    """`near_constant` given the finite range (`_finite_range`) of `expected`."""
     if found is None:
         return None
     ends = np.array(found)
@@ -203,7 +209,9 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
         atol=tol.atol, rtol=tol.rtol)
     if tuple(actual.shape) != tuple(exp.values.shape):
         return base.model_copy(update={"shape_ok": False, "mismatched": base.total})
-    flagged = near_constant(exp.values, tol, chunk) if tol.atol > 0 else None
+    # one pass for the finite range, which both the near-constant test and the slack need
+    found = _finite_range(exp.values, chunk) if tol.atol > 0 else None
+    flagged = _near_constant(exp.values, tol, found, chunk) if tol.atol > 0 else None
     label, centre = exp.label, 0.0
     if flagged is not None:
         # Compare deviations from the constant, scaled by the reference's own spread.
@@ -213,7 +221,7 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
         label = f"{label}, {NEAR_CONSTANT_LABEL}".lstrip(", ")
     # an element within twice the reference's own rounding error of it also matches: a
     # kernel as accurate as the fp32 reference can be that far from it
-    slack, ill = _slack(exp, tol, chunk)
+    slack, ill = _slack(exp, tol, found)
     if ill:
         label = (f"{label}, reference ill-conditioned: its own fp32 error "
                  f"{exp.ref_error:.3g} exceeds the tolerance, compared within twice "
@@ -225,11 +233,11 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
                      centre, slack)
     limit = None
     if flagged is None and sums.compared >= AGGREGATE_MIN and (tol.atol > 0 or tol.rtol > 0):
-        limit = _limit(math.sqrt(sums.square_compared / sums.compared), tol, slack,
-                       exp.dtype)
+        limit = aggregate_limit(math.sqrt(sums.square_compared / sums.compared), tol, slack,
+                                exp.dtype)
     aggregate_ok = limit is None or sums.err_compared / sums.compared <= limit
-    mean = sums.finite_err / sums.finite_n if sums.finite_n else _finite_max(
-        np.array([sums.max_err]))
+    # the mean of the finite errors; with none finite, the largest
+    mean = sums.finite_err / sums.finite_n if sums.finite_n else sums.max_err
     return base.model_copy(update={
         "label": label,
         "passed": sums.mismatched == 0 and base.dtype_ok and aggregate_ok,
@@ -237,9 +245,9 @@ def compare(exp: Expected, actual: np.ndarray[Any, Any], actual_dtype: str,
         "aggregate_limit": limit, "aggregate_ok": aggregate_ok,
         "out_of_domain": sums.outside,
         "atol": tol.atol,
-        "max_abs_error": _finite_max(np.array([sums.max_err])) if base.total else 0.0,
-        "max_rel_error": _finite_max(np.array([sums.max_rel])) if base.total else 0.0,
-        "mean_abs_error": mean if base.total else 0.0,
+        "max_abs_error": _reportable(sums.max_err),
+        "max_rel_error": _reportable(sums.max_rel),
+        "mean_abs_error": _reportable(mean),
         "mismatched": sums.mismatched,
         "ill_conditioned": ill,
         "nan_count": sums.nans,
@@ -331,25 +339,20 @@ def output_ulp(e: np.ndarray[Any, Any], dtype: str) -> np.ndarray[Any, Any] | fl
     return ulp
 
 
-def aggregate_limit(e: np.ndarray[Any, Any], tol: Tolerance, slack: float,
-                    dtype: str) -> float | None:
-    """The most mean abs error the output's scale allows, or None when not checked (too
-    few elements, or an exact comparison).
+def aggregate_limit(rms: float, tol: Tolerance, slack: float, dtype: str) -> float:
+    """The most mean abs error an output whose reference has RMS `rms` allows (`compare`
+    checks it with at least AGGREGATE_MIN compared elements and a tolerance that is not
+    exact).
 
     `rtol` times the reference's RMS: `atol` is deliberately absent, since per element it
     is what a bias hides under. Twice the reference's own error (`slack`) and one output
     ulp at the RMS are added, so a kernel as accurate as the reference, rounded to its
     output dtype, always passes."""
-    if e.size < AGGREGATE_MIN or (tol.atol <= 0 and tol.rtol <= 0):
-        return None
-    return _limit(float(np.sqrt(np.mean(np.square(e)))), tol, slack, dtype)
+    return tol.rtol * rms + slack + float(np.max(output_ulp(np.array([rms]), dtype)))
 
 
-def _limit(scale: float, tol: Tolerance, slack: float, dtype: str) -> float:
-    return tol.rtol * scale + slack + float(np.max(output_ulp(np.array([scale]), dtype)))
-
-
-def _slack(exp: Expected, tol: Tolerance, chunk: int = CHUNK) -> tuple[float, bool]:
+def _slack(exp: Expected, tol: Tolerance,
+           found: tuple[float, float] | None) -> tuple[float, bool]:
     """(slack, ill-conditioned): how far from the reference an element may be, as twice the
     reference's own error (its fp32 run against a float64 run of the same model).
 
@@ -360,10 +363,10 @@ def _slack(exp: Expected, tol: Tolerance, chunk: int = CHUNK) -> tuple[float, bo
     float64 truth of -2e-5) is then compared within twice the reference's error, and the
     trial is labelled so. The normal trials carry no reference error and stay exact, so a
     kernel still has to compute the output (`judge` checks each output has such a trial).
+    `found`: the reference's finite range (`_finite_range`).
     """
     if tol.atol <= 0 or exp.ref_error <= 0:
         return 0.0, False
-    found = _finite_range(exp.values, chunk)
     top = 0.0 if found is None else max(abs(found[0]), abs(found[1]))
     cap = tol.atol + tol.rtol * top
     wide = 2.0 * exp.ref_error
@@ -372,20 +375,9 @@ def _slack(exp: Expected, tol: Tolerance, chunk: int = CHUNK) -> tuple[float, bo
     return wide, True
 
 
-def _finite_mean(err: np.ndarray[Any, Any]) -> float:
-    """Mean of the finite errors; every error infinite (all NaN/inf) reports the largest."""
-    finite = err[np.isfinite(err)]
-    if finite.size:
-        return float(np.mean(finite))
-    return _finite_max(err)
-
-
-def _finite_max(values: np.ndarray[Any, Any]) -> float:
-    if values.size == 0:
-        return 0.0
-    top = float(np.max(values))
-    # JSON has no infinity: report a NaN/Inf error as the largest float.
-    return top if np.isfinite(top) else float(np.finfo(np.float64).max)
+def _reportable(value: float) -> float:
+    """JSON has no infinity: an infinite (or NaN) error is reported as the largest float."""
+    return value if math.isfinite(value) else float(np.finfo(np.float64).max)
 
 
 def _top(values: np.ndarray[Any, Any]) -> float:
@@ -420,10 +412,6 @@ def largest(values: np.ndarray[Any, Any], count: int) -> np.ndarray[Any, Any]:
         left -= at.size
         under &= values < top
     return np.concatenate(found) if found else np.zeros(0, np.intp)
-
-
-def _num(value: Any) -> float:
-    return float(value)
 
 
 def mismatch_reason(stats: TrialStats) -> str:

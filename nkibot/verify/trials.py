@@ -53,7 +53,6 @@ def shuffled(count: int) -> list[int]:
     return order
 
 
-
 def parallel_runs(available: int) -> bool:
     """Run the two children at once only with a core for each: on one core, one at a
     time keeps that core busy and stops after a first run that already failed."""
