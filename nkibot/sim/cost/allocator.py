@@ -102,7 +102,7 @@ def _mover(rec: Any, a: Alloc) -> tuple[str, tuple[Any, ...]]:
     if not a.psum:
         return "dma", (float(a.nbytes * a.parts), max(1, min(a.parts, rec.target.dma_queues)),
                        max(1, a.nbytes))
-    free = (a.nbytes // 4, 4, False)
+    free = (a.nbytes // 4, 4, False, False)
     ports = ("sbuf_port", "psum_port") if rec.target.shared_ports else ()
     return "vector", (*M.elementwise_parts(rec.target, "vector", [free], [free], rec.knobs),
                       ports)

@@ -83,12 +83,12 @@ def matmul(target: C.Target, reads: list[NkiTensor], writes: list[NkiTensor],
 
 
 #: What the Vector/Scalar/GpSimd rule needs of an on-chip operand: (free elements, bytes
-#: per element, innermost stride over 16 B).
-Operand = tuple[int, int, bool]
+#: per element, innermost stride over 16 B, in PSUM).
+Operand = tuple[int, int, bool, bool]
 
 
 def operand(t: NkiTensor) -> Operand:
-    return free_elems(t), t.dtype.itemsize, _strided(t)
+    return free_elems(t), t.dtype.itemsize, _strided(t), t.buffer is MemoryRegion.psum
 
 
 def elementwise(target: C.Target, engine: str, reads: list[NkiTensor],
@@ -118,12 +118,17 @@ def elementwise_parts(target: C.Target, engine: str, ins: list[Operand], outs: l
     ARCH1:393-395): the scheduler uses max(ns, streaming + dependent) for it.
     """
     both = ins + outs
-    n = max((f for f, _, _ in both), default=1) * scale
+    n = max((f for f, _, _, _ in both), default=1) * scale
     # ARCH1:393-395: one input tile about N cycles, two input tiles about 2N (VectorE);
-    # ScalarE reads at most one tensor per instruction (ARCH1:497-499).
-    big = sum(1 for f, _, _ in ins if f > 1)
-    passes = 1 if engine == "scalar" else max(1, min(big, 2))
-    two_byte = bool(both) and all(b <= 2 for _, b, _ in both)
+    # ScalarE reads at most one tensor per instruction (ARCH1:497-499). ASSUMED (no
+    # document says it; docs/cost-model.md, "Two inputs, two memories"): the 2N is two
+    # tiles streaming through one memory's read interface, and SBUF and PSUM each drive
+    # their own interface at peak at once (ARCH1:769-771), so an SBUF and a PSUM input
+    # stream side by side: N cycles.
+    big = [psum for f, _, _, psum in ins if f > 1]
+    per_memory = max(big.count(True), big.count(False))
+    passes = 1 if engine == "scalar" else max(1, min(per_memory, 2))
+    two_byte = bool(both) and all(b <= 2 for _, b, _, _ in both)
     if engine == "vector":
         lanes, ghz = target.vector_lanes[0 if two_byte else 1], target.vector_ghz
     elif engine == "scalar":
@@ -131,7 +136,7 @@ def elementwise_parts(target: C.Target, engine: str, ins: list[Operand], outs: l
     else:
         lanes, ghz = 1.0, target.gpsimd_ghz
     cycles = passes * n / lanes
-    if any(s for _, _, s in both):
+    if any(s for _, _, s, _ in both):
         cycles *= C.STRIDE_PENALTY
     return max(cycles, knobs.access_overhead) / ghz, cycles / ghz, knobs.dependent_overhead / ghz
 

@@ -47,7 +47,9 @@ def vector_ns(free: int, inputs: int = 1, elem_bytes: int = 4, target: str = "tr
               engine: str = "vector") -> float:
     """One Vector/Scalar instruction over `free` elements a partition: about N cycles a
     pass, two tensor inputs 2N on VectorE (ARCH1:393-395), at least the access overhead
-    (ARCH1:774); trn2/trn3 lanes for 2-byte types (model.elementwise_parts)."""
+    (ARCH1:774); trn2/trn3 lanes for 2-byte types (model.elementwise_parts). `inputs`
+    counts the tensor inputs read from one memory: an SBUF and a PSUM input is 1
+    (model.elementwise_parts, "two inputs, two memories")."""
     t = C.target(target)
     two = elem_bytes <= 2
     if engine == "scalar":

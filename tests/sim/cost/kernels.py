@@ -340,3 +340,36 @@ def interleaved_stores(x, rows=4, same_slice=False):
         r0 = 0 if same_slice else r * rows
         nl.store(out[0:64, r0:r0 + rows, 0:126], value=t)
     return out
+
+
+@nki.jit
+def add_from(x, y, psum_operand=False):
+    """One tensor_tensor add of two [128, F] tiles; the second in PSUM when asked."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    b = nl.load(y)
+    if psum_operand:
+        held = nl.ndarray(y.shape, dtype=nl.float32, buffer=nl.psum)
+        nisa.activation(dst=held, op=nl.copy, data=b)  # on ScalarE: the add is not dependent
+        b = held
+    r = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=r, data1=a, data2=b, op=nl.add)
+    nl.store(out, value=r)
+    return out
+
+
+@nki.jit
+def accumulate_in(x, steps=8, psum_acc=False):
+    """Adds `steps` scaled copies of x into one accumulator, kept in SBUF or in PSUM (the
+    change autocomp's mamba chain made from step 3 to 4, measured 538 -> 435 µs)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    acc = nl.zeros(x.shape, dtype=nl.float32, buffer=nl.psum if psum_acc else nl.sbuf)
+    for i in nl.sequential_range(steps):
+        term = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=term, op=nl.copy, data=t, scale=float(i + 1))
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=term, op=nl.add)
+    res = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nl.store(out, value=res)
+    return out

@@ -121,3 +121,26 @@ def test_a_dependent_instruction_adds_the_static_overhead_to_its_streaming_time(
     first = max(n, C.ACCESS_OVERHEAD.value)
     second = n + C.DEPENDENT_OVERHEAD.value
     assert rep.busy_ns["vector"] == pytest.approx((first + second) / 1.12)
+
+
+def test_an_sbuf_and_a_psum_input_stream_side_by_side(k: ModuleType) -> None:
+    """Two SBUF inputs: about 2N cycles (ARCH1:393-395). One of them in PSUM: N, the
+    assumption that the 2N is one memory's read interface (docs/cost-model.md)."""
+    x = np.ones((128, 2048), np.float32)
+    both_sbuf = estimate(k.add_from, x, x).as_dict()["top_ops"]
+    split = estimate(k.add_from, x, x, psum_operand=True).as_dict()["top_ops"]
+    add = {o["op"]: o["busy_us"] for o in both_sbuf}["vector:tensor_tensor"]
+    add_split = {o["op"]: o["busy_us"] for o in split}["vector:tensor_tensor"]
+    assert add == pytest.approx(2 * 2048 / 1.12 / 1000, rel=1e-3)
+    assert add_split == pytest.approx(2048 / 1.12 / 1000, rel=1e-3)
+
+
+def test_an_accumulator_in_psum_is_ranked_faster(k: ModuleType) -> None:
+    x = np.ones((128, 512), np.float32)
+    out_sbuf = k.accumulate_in(x)
+    out_psum = k.accumulate_in(x, psum_acc=True)
+    np.testing.assert_array_equal(out_sbuf, out_psum)  # the same arithmetic
+    sbuf = estimate(k.accumulate_in, x)
+    psum = estimate(k.accumulate_in, x, psum_acc=True)
+    assert psum.busy_ns["vector"] < 0.7 * sbuf.busy_ns["vector"]
+    assert psum.makespan_ns < sbuf.makespan_ns

@@ -35,9 +35,13 @@ def test_the_figures_import_without_the_simulator() -> None:
 def test_quick_estimates_are_the_model_s_rules(target: str) -> None:
     t = C.target(target)
     for free, inputs, nbytes in ((512, 2, 4), (2048, 1, 2), (16, 1, 4)):
-        ins = [(free, nbytes, False)] * inputs
+        ins = [(free, nbytes, False, False)] * inputs
         assert quick.vector_ns(free, inputs, nbytes, target) == pytest.approx(
-            M.elementwise_of(t, "vector", ins, [(free, nbytes, False)], Knobs()))
+            M.elementwise_of(t, "vector", ins, [(free, nbytes, False, False)], Knobs()))
+    # an SBUF and a PSUM input stream side by side: one input's time
+    split = [(512, 4, False, False), (512, 4, False, True)]
+    assert quick.vector_ns(512, 1, 4, target) == pytest.approx(
+        M.elementwise_of(t, "vector", split, [(512, 4, False, False)], Knobs()))
     assert quick.matmul_ns(512, 2, target) == pytest.approx(512 / t.tensor_ghz)
     assert quick.matmul_ns(16, 4, target) == pytest.approx(64 * 4 / t.tensor_ghz)
     busy = M.dma_queue_ns(t, 2 ** 20 / 16, 2048, Knobs())
