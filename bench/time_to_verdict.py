@@ -20,6 +20,11 @@ default settings: the torch children fork from the conversion's warm sandbox,
 interpreter, as before). A child's time is its wall time either way; a warm child's
 includes waiting for the warm sandbox to finish importing torch.
 
+The cases: the README example; level 1's 3-D conv, its depthwise conv 85 and its
+grouped, strided, dilated transposed conv 75 (the sixth and tenth of the every-tenth-task
+level-1 sample, which set its median and maximum); level 2's GEMM chain 12 and conv chain
+4; level 3's MLP. Without `--case`, all of them.
+
 KernelBench cases are converted from a shrunk copy (`bench/shrink.py`, as
 `bench/convert_suite.py --max-input-elements` does); the copy is made by this parent, so
 the shrinking's own torch import is not in the figures. Every time is wall-clock on this
@@ -53,6 +58,9 @@ CASES: dict[str, tuple[str, str]] = {
     "l2-gemm-chain": ("level2/12_Gemm_Multiply_LeakyReLU.py", "Model"),
     "l2-conv-chain": ("level2/4_Conv2d_Mish_Mish.py", "Model"),
     "l3-mlp": ("level3/1_MLP.py", "Model"),
+    "l1-depthwise": ("level1/85_conv_depthwise_2D_asymmetric_input_asymmetric_kernel.py", "Model"),
+    "l1-convt-grouped": ("level1/75_conv_transposed_2D_asymmetric_input_asymmetric_kernel_"
+                         "strided__grouped____padded____dilated__.py", "Model"),
 }
 
 

@@ -149,13 +149,9 @@ class Group:
     def run(self) -> None:
         if not current().numerics:
             return  # the cost model's cost-only mode: these values are never observed
-        if len(self.pairs) == 1:
-            product = self.pairs[0][0].T @ self.pairs[0][1]
-        else:
-            # Row-major [M, K] and [K, N] operands: a plain GEMM, faster than a TN one.
-            stationary_t = np.concatenate([s.T for s, _ in self.pairs], axis=1)
-            moving = np.concatenate([m for _, m in self.pairs], axis=0)
-            product = stationary_t @ moving
+        product = _diagonal_product(self.pairs)
+        if product is None:
+            product = _gemm(self.pairs)
         out = self.target
         try:
             flat = out if out.ndim == 2 else np.reshape(out, (out.shape[0], -1), copy=False)
@@ -167,6 +163,52 @@ class Group:
             flat += product
         if not np.shares_memory(flat, out):
             np.copyto(out, flat.reshape(out.shape))
+
+
+def _gemm(pairs: list[tuple[Arr, Arr]]) -> Arr:
+    """sum(s.T @ m) over the group's matmuls."""
+    if len(pairs) == 1:
+        single: Arr = pairs[0][0].T @ pairs[0][1]
+        return single
+    # Row-major [M, K] and [K, N] operands: a plain GEMM, faster than a TN one.
+    stationary_t = np.concatenate([s.T for s, _ in pairs], axis=1)
+    moving = np.concatenate([m for _, m in pairs], axis=0)
+    product: Arr = stationary_t @ moving
+    return product
+
+
+def _diagonal(stationary: Arr) -> Arr | None:
+    """The diagonal of a square stationary with nothing off it (a depthwise convolution's
+    per-channel weights, an identity), else None. NaN off the diagonal counts as something."""
+    k, m = stationary.shape
+    if k != m or (k > 1 and (stationary[0, 1] != 0 or stationary[1, 0] != 0)):
+        return None  # the probe turns a dense stationary away before counting
+    diag = np.diagonal(stationary)
+    if np.count_nonzero(stationary) != np.count_nonzero(diag):
+        return None
+    return diag
+
+
+def _diagonal_product(pairs: list[tuple[Arr, Arr]]) -> Arr | None:
+    """sum(diag(s)[:, None] * m) when every stationary is diagonal: the GEMM's sums without
+    its zero products, K times less arithmetic. None when a stationary is not diagonal, or
+    when the result is not finite: a non-finite moving value shows there (d * inf is inf or
+    NaN), and the GEMM would also spread 0 * inf = NaN to the other partitions, so that
+    case takes the GEMM. Like the GEMM, the sums start from +0.0."""
+    diags = []
+    for stationary, moving in pairs:
+        if stationary.dtype != np.float32 or moving.dtype != np.float32:
+            return None
+        diag = _diagonal(stationary)
+        if diag is None:
+            return None
+        diags.append(diag)
+    product = np.zeros((diags[0].shape[0], pairs[0][1].shape[1]), np.float32)
+    term = np.empty_like(product)
+    for diag, (_, moving) in zip(diags, pairs, strict=True):
+        np.multiply(moving, diag[:, None], out=term)
+        product += term
+    return product if np.isfinite(product).all() else None
 
 
 def _key(arr: Arr) -> tuple[Any, ...]:

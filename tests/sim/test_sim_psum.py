@@ -105,6 +105,83 @@ class TestPsumGroups:
         np.testing.assert_allclose(nki.simulate(mod.k)(lt, r), want, rtol=1e-4, atol=1e-4)
 
 
+class TestDiagonalStationary:
+    """A group whose stationaries are all diagonal (the lowering's depthwise convolution)
+    is summed without the GEMM's zero products; it must read the same as the GEMM."""
+
+    SRC = """
+        @nki.jit
+        def k(w, x):
+            # w [taps, 128] per-channel weights, x [128, taps + 255]: out[c, j] =
+            # sum_t w[t, c] * x[c, j + t], each tap a diagonal stationary
+            out = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+            taps = w.shape[0]
+            wt = nl.load(w.reshape((taps, 128)).permute((1, 0)))
+            xt = nl.load(x)
+            iota_t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.iota(iota_t, [[1, 128]], offset=0, channel_multiplier=-1)
+            ident = nl.equal(iota_t, 0.0, dtype=nl.float32)
+            acc = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+            for t in range(taps):
+                diag = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_scalar(dst=diag, data=ident, op0=nl.multiply,
+                                   operand0=wt[0:128, t:t + 1])
+                nisa.nc_matmul(acc, diag, xt[0:128, t:t + 256])
+            res = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nl.store(out, value=res)
+            return out
+        """
+
+    @staticmethod
+    def _want(w: np.ndarray[Any, Any], x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        taps = w.shape[0]
+        dense = np.zeros((128, 256), np.float32)  # the GEMM's arithmetic, tap by tap
+        for t in range(taps):
+            dense += np.diag(w[t]).T @ x[:, t:t + 256]
+        return dense
+
+    def test_a_depthwise_group_reads_as_the_gemm(self, nki: ModuleType,
+                                                 kernel_file: Any) -> None:
+        rng = np.random.default_rng(3)
+        w = rng.standard_normal((5, 128), dtype=np.float32)
+        x = rng.standard_normal((128, 260), dtype=np.float32)
+        got = nki.simulate(kernel_file(self.SRC).k)(w, x)
+        np.testing.assert_allclose(got, self._want(w, x), rtol=1e-6, atol=1e-6)
+
+    def test_an_infinite_input_spreads_nan_as_the_gemm_does(self, nki: ModuleType,
+                                                            kernel_file: Any) -> None:
+        """0 * inf = NaN: one infinite input of partition 3 makes NaN in every other
+        partition's output at that position, as the PE's dense product would."""
+        w = np.ones((2, 128), np.float32)
+        x = np.ones((128, 257), np.float32)
+        x[3, 10] = np.inf
+        got = nki.simulate(kernel_file(self.SRC).k)(w, x)
+        assert np.isnan(np.delete(got[:, 10], 3)).all()
+        assert np.isinf(got[3, 10]) and np.isfinite(got[:, 11:]).all()
+
+    def test_only_diagonal_stationaries_take_the_short_sum(self) -> None:
+        from nkibot.sim.storage import _diagonal_product
+
+        rng = np.random.default_rng(4)
+        m = rng.standard_normal((64, 40), dtype=np.float32)
+        d = rng.standard_normal(64, dtype=np.float32)
+        got = _diagonal_product([(np.diag(d), m), (np.diag(d), m)])
+        assert got is not None
+        np.testing.assert_allclose(got, 2 * (np.diag(d).T @ m), rtol=1e-6)
+        off = np.diag(d)
+        off[1, 0] = 1e-30
+        assert _diagonal_product([(np.diag(d), m), (off, m)]) is None
+        nan_off = np.diag(d)
+        nan_off[0, 5] = np.nan
+        assert _diagonal_product([(nan_off, m)]) is None
+        assert _diagonal_product([(np.ones((64, 32), np.float32), m)]) is None  # not square
+        # -0.0 products sum from +0.0, as the GEMM's do
+        neg = _diagonal_product([(np.diag(np.full(64, -1.0, np.float32)),
+                                  np.zeros((64, 4), np.float32))])
+        assert neg is not None and not np.signbit(neg).any()
+
+
 class TestDoubleRow:
     """perf_mode double_row splits K over the partitions and a first free dim of 2
     (nki/api/nki/isa/__init__.py:596-599: [128, 2, 1] x [128, 2, 3] -> [1, 3])."""
