@@ -164,6 +164,32 @@ class TestGeneratedSource:
         assert "operand0=0.0," not in text and "nisa.tensor_scalar(" not in text, text
         check_on_sim(task)
 
+    def test_relu_after_a_sign_keeping_activation_rides_on_the_eviction(self) -> None:
+        """relu(f(x)) == f(relu(x)) for f = HardSwish, GELU, SiLU, Mish, tanh (f(0) = 0, the
+        input's sign): the ReLU moves onto the matmul's eviction and its own pass after f
+        goes (level 2 69, conv then HardSwish then ReLU: 0.415 -> 0.478 of the roofline)."""
+        for act, op in (("F.hardswish", "nl.minimum"), ("F.gelu", "nl.gelu"),
+                        ("torch.tanh", "nl.tanh")):
+            task = make_task(module_source(f"torch.relu({act}(self.fc(x)))",
+                                           init="        self.fc = nn.Linear(72, 40)"),
+                             [(200, 72)])
+            text = lower_ok(task).source
+            assert "op=nl.relu, data=" in text and op in text, text
+            assert text.index("op=nl.relu") < text.index(op), text
+            assert text.count("nl.relu") == 1, text
+            check_on_sim(task)
+            check_on_sim(task, domain="special")
+
+    def test_relu_after_other_ops_stays_where_it_is(self) -> None:
+        """sigmoid is positive everywhere (relu(sigmoid(x)) is sigmoid(x), but sigmoid(0)
+        is not 0): no move; and a hand-written hardswish with other constants is left."""
+        task = make_task(module_source(
+            "torch.relu(torch.sigmoid(x) - 0.5) + torch.relu(x * torch.clamp(x / 5 + 0.5, 0, 1))"),
+            [(64, 40)])
+        text = lower_ok(task).source
+        assert text.count("nl.relu") + text.count("nl.maximum") >= 2, text
+        check_on_sim(task)
+
     def test_a_product_with_another_gate_is_left_alone(self) -> None:
         """x * sigmoid(y) is not silu: it stays a product."""
         task = make_task(module_source("x * torch.sigmoid(x * 2.0)"), [(64, 40)])

@@ -47,13 +47,63 @@ def tensor(value: object) -> Arg:
 _UNARY = {
     "neg": "neg", "negative": "neg", "abs": "abs", "exp": "exp", "log": "log",
     "sqrt": "sqrt", "rsqrt": "rsqrt", "reciprocal": "reciprocal", "tanh": "tanh",
-    "sigmoid": "sigmoid", "relu": "relu", "silu": "silu", "erf": "erf", "square": "square",
+    "sigmoid": "sigmoid", "silu": "silu", "erf": "erf", "square": "square",
     "sign": "sign", "sin": "sin", "cos": "cos",
 }
 for _torch_name, _prim in _UNARY.items():
     def _unary(s: Sink, a: list[object], k: dict[str, object], _p: str = _prim) -> object:
         return s.emit(_p, tensor(a[0]), last=True)
     HANDLERS[_torch_name] = _unary
+
+
+#: Activations f with f(0) = 0 that keep the sign of their input (f(x) <= 0 for x <= 0,
+#: f(x) >= 0 for x >= 0): relu(f(x)) == f(relu(x)).
+SIGN_KEEPING = frozenset({"gelu", "gelu_tanh", "silu", "mish", "tanh"})
+
+
+@register("relu")
+def _relu(s: Sink, a: list[object], k: dict[str, object]) -> object:
+    """relu(f(x)) as f(relu(x)) when f keeps signs: the ReLU then sits on what made x, where
+    a matmul's or a convolution's eviction applies it for free (level 2 69: HardSwish then
+    ReLU; 41: GELU then ReLU), instead of a pass of its own after f. f(x) stays in the graph
+    for any other reader; the lowering drops it otherwise."""
+    x = tensor(a[0])
+    inner = _sign_keeping(s, x)
+    if inner is None:
+        return s.emit("relu", x, last=True)
+    kind, arg = inner
+    r = s.emit("relu", arg)
+    if kind == "hardswish":
+        return s.mul(r, hardsigmoid(s, r, last=False), last=True)
+    return s.emit(kind, r, last=True)
+
+
+def _sign_keeping(s: Sink, x: Arg) -> tuple[str, Arg] | None:
+    """(f, its input) when x = f(input) for a sign-keeping f: one of SIGN_KEEPING, or
+    hardswish as `_hardswish` writes it (input * clamp(input / 6 + 0.5, 0, 1))."""
+    op = s.graph.op(x.name) if isinstance(x, Ref) else None
+    if op is None:
+        return None
+    if op.op in SIGN_KEEPING and len(op.args) == 1 and not op.attrs:
+        return op.op, op.args[0]
+    if op.op != "mul" or len(op.args) != 2:
+        return None
+    for base, gate in (op.args, op.args[::-1]):
+        if _is_hardsigmoid_of(s, gate, base):
+            return "hardswish", base
+    return None
+
+
+def _is_hardsigmoid_of(s: Sink, gate: Arg, x: Arg) -> bool:
+    """gate == minimum(maximum(add(mul(x, 1/6), 0.5), 0), 1), as `hardsigmoid` emits it."""
+    chain = [("minimum", 1.0), ("maximum", 0.0), ("add", 0.5), ("mul", 1.0 / 6.0)]
+    node: Arg = gate
+    for name, const in chain:
+        op = s.graph.op(node.name) if isinstance(node, Ref) else None
+        if op is None or op.op != name or len(op.args) != 2 or op.args[1] != const:
+            return False
+        node = op.args[0]
+    return node == x
 
 
 @register("contiguous", "clone", "detach", "float", "to", "type_as", "identity")
