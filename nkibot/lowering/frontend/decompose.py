@@ -73,14 +73,12 @@ def _relu(s: Sink, a: list[object], k: dict[str, object]) -> object:
         return s.emit("relu", x, last=True)
     kind, arg = inner
     r = s.emit("relu", arg)
-    if kind == "hardswish":
-        return s.mul(r, hardsigmoid(s, r, last=False), last=True)
-    return s.emit(kind, r, last=True)
+    return hardswish(s, r) if kind == "hardswish" else s.emit(kind, r, last=True)
 
 
 def _sign_keeping(s: Sink, x: Arg) -> tuple[str, Arg] | None:
     """(f, its input) when x = f(input) for a sign-keeping f: one of SIGN_KEEPING, or
-    hardswish as `_hardswish` writes it (input * clamp(input / 6 + 0.5, 0, 1))."""
+    hardswish as `hardswish` writes it (input * clamp(input / 6 + 0.5, 0, 1))."""
     op = s.graph.op(x.name) if isinstance(x, Ref) else None
     if op is None:
         return None
@@ -274,10 +272,14 @@ def _hardsigmoid(s: Sink, a: list[object], k: dict[str, object]) -> object:
     return hardsigmoid(s, tensor(a[0]), last=True)
 
 
+def hardswish(s: Sink, x: Arg) -> Arg:
+    """x * hardsigmoid(x), the form `_sign_keeping` recognises."""
+    return s.mul(x, hardsigmoid(s, x, last=False), last=True)
+
+
 @register("hardswish")
 def _hardswish(s: Sink, a: list[object], k: dict[str, object]) -> object:
-    x = tensor(a[0])
-    return s.mul(x, hardsigmoid(s, x, last=False), last=True)
+    return hardswish(s, tensor(a[0]))
 
 
 @register("softsign")
