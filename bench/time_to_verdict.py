@@ -20,7 +20,9 @@ default settings: the torch children fork from the conversion's warm sandbox,
 interpreter, as before). A child's time is its wall time either way; a warm child's
 includes waiting for the warm sandbox to finish importing torch.
 
-The cases: the README example; level 1's 3-D conv, its depthwise conv 85 and its
+The cases: the README example; level 1's Swish 25 (the third of the level-1 sample: one
+elementwise op on 4M elements, so what it takes is the fixed cost and the exchange files);
+level 1's 3-D conv, its depthwise conv 85 and its
 grouped, strided, dilated transposed conv 75 (the sixth and tenth of the every-tenth-task
 level-1 sample, which set its median and maximum); level 2's GEMM chain 12 and conv chain
 4; level 3's MLP. Without `--case`, all of them.
@@ -54,6 +56,7 @@ KB = Path("/work/kb")  # holds level1, level2, level3 on the project's shared ho
 #: name -> (file relative to the KernelBench root, or to the repo for "repo:", entry point)
 CASES: dict[str, tuple[str, str]] = {
     "readme-rmsnorm": ("repo:examples/rmsnorm.py", "RMSNorm"),
+    "l1-swish": ("level1/25_Swish.py", "Model"),
     "l1-conv3d": ("level1/54_conv_standard_3D__square_input__square_kernel.py", "Model"),
     "l2-gemm-chain": ("level2/12_Gemm_Multiply_LeakyReLU.py", "Model"),
     "l2-conv-chain": ("level2/4_Conv2d_Mish_Mish.py", "Model"),

@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     #: fully confined sandbox that imported torch once (`nkibot.verify.zygote`); off:
     #: each starts a cold interpreter.
     warm_sandbox: bool = True
+    #: Where a verification's exchange files go (`nkibot.verify.scratch`): "auto" puts
+    #: them in /dev/shm (memory) when they fit, a path names another directory, and
+    #: "" keeps them in the temp directory.
+    scratch_dir: str = "auto"
 
     # Agent loop
     max_tokens_per_job: int = Field(default=500_000, ge=1)

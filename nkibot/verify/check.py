@@ -12,7 +12,6 @@ This module is the only caller of `judge`.
 from __future__ import annotations
 
 import ast
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,11 +28,12 @@ from nkibot.results import (
     VerifyResult,
 )
 from nkibot.task import Task, describe_kernel_args
+from nkibot.verify import scratch
 from nkibot.verify.client import HarnessReply
 from nkibot.verify.guards import jit_functions, static_findings
 from nkibot.verify.judge import judge
 from nkibot.verify.reference import ReferenceSet
-from nkibot.verify.trials import Observed, observe
+from nkibot.verify.trials import Observed, observe, write_limit
 
 #: The model named in a result no model produced.
 MODEL = "none (hand-written kernel)"
@@ -152,8 +152,9 @@ def _check(src: str, task: Task, reference: ReferenceSet, child: KernelChild) ->
     def run_child(fields: dict[str, Any], out_dir: Path) -> HarnessReply:
         return child.run({**base, **fields}, out_dir, readable)
 
-    with tempfile.TemporaryDirectory(prefix="nkibot-verify-") as tmp:
-        seen = observe(reference, names, run_child, Path(tmp))
+    # Both children of the determinism pair write here: in memory when that fits (`scratch`).
+    with scratch.temporary("nkibot-verify-", 2 * write_limit(reference)) as tmp:
+        seen = observe(reference, names, run_child, tmp)
     result = _verdict(task, reference, seen, child.kernel_file)
     return result.model_copy(update={"seconds": time.monotonic() - started,
                                      "isolation": list(seen.reply.outcome.isolation)})

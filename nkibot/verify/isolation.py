@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from nkibot.config.settings import Settings
-from nkibot.verify import seccomp
+from nkibot.verify import scratch, seccomp
 
 Level = Literal["full", "reduced"]
 
@@ -73,8 +73,10 @@ def policy_from(settings: Settings) -> SandboxPolicy:
 
 
 def configure_from(settings: Settings) -> Isolation:
-    """Configure from Settings at an edge (CLI, runner); returns the isolation in force."""
+    """Configure from Settings at an edge (CLI, runner); returns the isolation in force.
+    Where verifications' exchange files go is set here too (`scratch`)."""
     configure(policy_from(settings))
+    scratch.configure(settings.scratch_dir)
     return current()
 
 

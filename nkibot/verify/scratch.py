@@ -1,0 +1,146 @@
+"""Where a verification's exchange files go: memory when they fit, else the temp directory.
+
+A kernel child writes every trial's outputs and its inputs as it left them, and the parent
+reads them all back (`trials`). On a disk-backed temp directory those gigabytes go
+through the page cache to the disk, and once the dirty pages pass the kernel's threshold
+every write waits for writeback: on this project's reference VM, 80 MB/s, so a level-1
+task's 640 MB took 6-8 s to write where a tmpfs took 0.4 s (bench/time_to_verdict.py
+has the per-stage figures). Cloud runners on network block storage throttle alike.
+
+So a verification whose files fit puts them in a RAM-backed directory (`Settings.scratch_dir`,
+NKIBOT_SCRATCH_DIR):
+- "auto" (the default): /dev/shm when it is a tmpfs this process can write;
+- a path: that directory (any filesystem: an operator's own tmpfs, or a fast disk);
+- "" (empty): always the temp directory, as before.
+
+"Fit" is decided per verification from its bound on what its children may write
+(`trials.write_limit`, which the sandbox enforces): all of it must take at most a quarter of
+what the directory has free and of the host's available memory, since tmpfs pages are
+memory. The sandbox's own limit on a child's writes is a quarter of the free space where it
+writes (`sandbox.write_limit`), so a verification placed here never meets that limit before
+its own. Anything larger goes to the temp directory, on disk.
+
+A directory in memory is reached through a link in the temp directory with the name it
+would have had there, and that name is the only one the parent hands on: requests, the
+sandbox's binds (bubblewrap follows the link on the host side and mounts it at the link's
+path), logs. So a child sees its directory where it always did, /dev stays the fresh one
+the sandbox makes, and nothing of the host's /dev/shm is in any child's view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+#: The directory "auto" uses when it is a tmpfs.
+SHARED_MEMORY = Path("/dev/shm")  # noqa: S108 - only mkdtemp (0700, a fresh name) writes there
+#: The share of the free space (and of available memory) one verification may take.
+SHARE = 4
+
+_setting = "auto"
+
+
+def configure(setting: str) -> None:
+    """Set the process-wide choice (`Settings.scratch_dir`; the CLI, the runner and the MCP
+    server call `isolation.configure_from`, which calls this)."""
+    global _setting
+    _setting = setting
+
+
+@contextlib.contextmanager
+def temporary(prefix: str, nbytes: int) -> Iterator[Path]:
+    """A temporary directory for files of at most `nbytes` in all, removed on exit: in
+    memory when they fit (`place`), reached through a link in the temp directory; else a
+    plain one there."""
+    root = place(nbytes)
+    real = Path(tempfile.mkdtemp(prefix=prefix, dir=root)) if root is not None else None
+    link = _link(real, prefix) if real is not None else None
+    if real is not None and link is None:  # no link could be made: the temp directory
+        shutil.rmtree(real, ignore_errors=True)
+    if link is None:
+        with tempfile.TemporaryDirectory(prefix=prefix) as plain:
+            yield Path(plain)
+        return
+    assert real is not None
+    try:
+        yield link
+    finally:
+        link.unlink(missing_ok=True)
+        shutil.rmtree(real, ignore_errors=True)
+
+
+def _link(real: Path, prefix: str) -> Path | None:
+    """A new symlink to `real` in the temp directory (never one that was there: symlink()
+    does not replace), or None."""
+    for _ in range(16):
+        link = Path(tempfile.gettempdir()) / f"{prefix}{secrets.token_hex(6)}"
+        try:
+            link.symlink_to(real)
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+        return link
+    return None
+
+
+def place(nbytes: int) -> str | None:
+    """The directory to make a temporary directory in, for files of at most `nbytes` in
+    all; None: the temp directory (`tempfile`'s default)."""
+    root = _root(_setting)
+    if root is None:
+        return None
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return None
+    limit = min(free, available_memory()) if is_tmpfs(root) else free
+    return str(root) if fits(nbytes, limit) else None
+
+
+def fits(nbytes: int, free: int) -> bool:
+    """Whether files of `nbytes` may go where `free` bytes are left."""
+    return 0 <= nbytes <= free // SHARE
+
+
+def _root(setting: str) -> Path | None:
+    if not setting:
+        return None
+    root = SHARED_MEMORY if setting == "auto" else Path(setting)
+    if setting == "auto" and not is_tmpfs(root):
+        return None
+    return root if root.is_dir() and os.access(root, os.W_OK | os.X_OK) else None
+
+
+def is_tmpfs(path: Path) -> bool:
+    """Whether `path` is on a tmpfs (the mount table's longest prefix of it says so)."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return False
+    target, best, kind = str(path.resolve()), -1, ""
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, kind = len(point), fields[2]
+    return kind == "tmpfs"
+
+
+def available_memory() -> int:
+    """MemAvailable in bytes (0 when it cannot be read: nothing goes to memory then)."""
+    try:
+        for line in Path("/proc/meminfo").read_text(encoding="ascii").splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
