@@ -33,7 +33,7 @@ from nkibot.verify.client import HarnessReply
 from nkibot.verify.guards import jit_functions, static_findings
 from nkibot.verify.judge import judge
 from nkibot.verify.reference import ReferenceSet
-from nkibot.verify.trials import Observed, observe, write_limit
+from nkibot.verify.trials import Observed, exchange_bytes, observe
 
 #: The model named in a result no model produced.
 MODEL = "none (hand-written kernel)"
@@ -153,7 +153,7 @@ def _check(src: str, task: Task, reference: ReferenceSet, child: KernelChild) ->
         return child.run({**base, **fields}, out_dir, readable)
 
     # Both children of the determinism pair write here: in memory when that fits (`scratch`).
-    with scratch.temporary("nkibot-verify-", 2 * write_limit(reference)) as tmp:
+    with scratch.temporary("nkibot-verify-", 2 * exchange_bytes(reference)) as tmp:
         seen = observe(reference, names, run_child, tmp)
     result = _verdict(task, reference, seen, child.kernel_file)
     return result.model_copy(update={"seconds": time.monotonic() - started,

@@ -26,6 +26,7 @@ from nkibot.verify.client import HarnessReply
 from nkibot.verify.judge import Arrays, KernelRun
 from nkibot.verify.launch import cores
 from nkibot.verify.protocol import (
+    NUMPY_DTYPES,
     BadArrayFile,
     dtype_name,
     read_outputs,
@@ -126,6 +127,29 @@ def write_limit(reference: ReferenceSet) -> int:
     the parent refuses a directory holding more before reading any of it."""
     files = [d for t in reference.trials for d in [*t.expected, *t.inputs, *reference.state]]
     return sum(8 * math.prod(d["shape"]) + 4096 for d in files) + 1024 * 1024
+
+
+def exchange_bytes(reference: ReferenceSet) -> int:
+    """What a kernel child that passes leaves in its output directory: every trial's outputs
+    at the itemsize of the dtype each must have (`stats.dtype_ok`: the native one) and its
+    inputs as left at their own, with headers. Where the directory goes (`scratch`) is
+    sized by this; `write_limit`, twice as much or more, is the cap the sandbox enforces."""
+    total = 0
+    for t in reference.trials:
+        outs = zip(t.expected, t.native_dtypes, strict=False)
+        total += sum(math.prod(d["shape"]) * _itemsize(native) for d, native in outs)
+        total += sum(math.prod(d["shape"]) * _itemsize(d["dtype"])
+                     for d in [*t.inputs, *reference.state])
+        total += 4096 * (len(t.expected) + len(t.inputs) + len(reference.state))
+    return total
+
+
+def _itemsize(name: str) -> int:
+    """Bytes per element of dtype `name` (8, the widest, for one we do not know)."""
+    try:
+        return int(NUMPY_DTYPES[name].itemsize)
+    except (KeyError, TypeError, ValueError):
+        return 8
 
 
 def _outputs(directory: Path, count: int, unreadable: list[str],

@@ -110,3 +110,20 @@ def test_same_bytes_is_bit_for_bit_across_pieces(monkeypatch: pytest.MonkeyPatch
     assert not trials.same_bytes(x, x[:-1])
     turned = x.reshape(10, 100).T
     assert trials.same_bytes(turned.copy(), np.ascontiguousarray(turned))
+
+
+def test_a_passing_pair_writes_what_its_exchange_bytes_say(
+        relu: tuple[Task, ReferenceSet], tmp_path: Path) -> None:
+    """`exchange_bytes` sizes where a verification's directory goes (`scratch`): a passing
+    pair leaves that much, headers aside, and no more; the sandbox's cap is well above."""
+    from nkibot.verify.trials import exchange_bytes, write_limit
+
+    _, reference = relu
+    seen = observe(reference, ["x"], Children((KERNELS / "relu_ok.py").read_text(), reference),
+                   tmp_path, parallel=False)
+    assert seen.run.deterministic is True
+    files = [f for f in tmp_path.rglob("*") if f.is_file()]
+    written = sum(f.stat().st_size for f in files)
+    bound = 2 * exchange_bytes(reference)
+    assert bound - 2 * 4096 * len(reference.trials) * 2 <= written <= bound
+    assert 2 * exchange_bytes(reference) <= write_limit(reference)  # fp32: 4 of its 8 bytes
