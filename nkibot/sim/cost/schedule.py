@@ -76,16 +76,40 @@ def _address(arr: np.ndarray[Any, Any]) -> int:
 def _lattice(arr: np.ndarray[Any, Any], first: int, off: int) -> Lattice:
     """The pattern of `arr`'s dims from `first` on (on chip: the free dims), its first
     element at byte `off`; None when its strides do not nest."""
-    moving = [(s, n) for s, n in zip(arr.strides[first:], arr.shape[first:], strict=True)
-              if n > 1]
+    pattern, low = _shape_facts(arr.shape, arr.strides, arr.itemsize, first)[1:]
+    return None if pattern is None else (pattern, off + low)
+
+
+#: (shape, strides, itemsize, first) -> `_shape_facts`: views of one shape and strides
+#: recur at every loop iteration, so their geometry is worked out once per process.
+_FACTS: dict[tuple[Any, ...], tuple[int, Any, int]] = {}
+_FACTS_KEPT = 4096
+
+
+def _shape_facts(shape: tuple[int, ...], strides: tuple[int, ...], item: int, first: int
+                 ) -> tuple[int, Any, int]:
+    """(bytes spanned by the dims from `first` on, minus one element's; their nesting
+    pattern, or None when the strides do not nest; the offset of their lowest element
+    from the first one's, below zero for reversed dims)."""
+    key = (shape, strides, item, first)
+    found = _FACTS.get(key)
+    if found is not None:
+        return found
+    moving = [(s, n) for s, n in zip(strides[first:], shape[first:], strict=True) if n > 1]
+    span = sum((n - 1) * abs(s) for s, n in zip(strides[first:], shape[first:], strict=True))
     dims = sorted(((abs(s), n) for s, n in moving), reverse=True)
-    low = off + sum(s * (n - 1) for s, n in moving if s < 0)  # a reversed dim's lowest end
-    inner = arr.itemsize
+    low = sum(s * (n - 1) for s, n in moving if s < 0)  # a reversed dim's lowest end
+    inner = item
+    pattern: tuple[tuple[tuple[int, int], ...], int] | None = (tuple(dims), item)
     for s, n in reversed(dims):
         if s < inner:
-            return None
+            pattern = None
+            break
         inner = s * n
-    return (tuple(dims), arr.itemsize), low
+    if len(_FACTS) >= _FACTS_KEPT:
+        _FACTS.clear()
+    found = _FACTS[key] = (span, pattern, low)
+    return found
 
 
 def _disjoint(a: Lattice, b: Lattice) -> bool:
@@ -122,19 +146,19 @@ class _Tile:
         """(p0, p1, b0, b1) of a view `arr` of this allocation: partitions and bytes within
         a partition (HBM: one partition)."""
         off = _address(arr) - self.addr
-        span = arr.itemsize
         shape, strides = arr.shape, arr.strides
-        for i in range(1, len(shape)):
-            span += (shape[i] - 1) * abs(strides[i])
         if self.on_chip:
             row = self.row
             if shape and row and strides[0] == row:
+                span, pattern, low = _shape_facts(shape, strides, arr.itemsize, 1)
                 p0, b0 = divmod(off, row)
-                return p0, p0 + shape[0], b0, b0 + span, _lattice(arr, 1, b0)
+                b0 += low  # a reversed dim's view starts at its last byte: the box starts lower
+                return p0, p0 + shape[0], b0, b0 + span + arr.itemsize, (
+                    None if pattern is None else (pattern, b0))
             return 0, 1 << 30, 0, 1 << 62, None
-        if shape:
-            span += (shape[0] - 1) * abs(strides[0])
-        return 0, 1, off, off + span, _lattice(arr, 0, off)
+        span, pattern, low = _shape_facts(shape, strides, arr.itemsize, 0)
+        off += low
+        return 0, 1, off, off + span + arr.itemsize, None if pattern is None else (pattern, off)
 
 
 class Recorder:
