@@ -13,12 +13,12 @@ NKIBOT_SCRATCH_DIR):
 - a path: that directory (any filesystem: an operator's own tmpfs, or a fast disk);
 - "" (empty): always the temp directory, as before.
 
-"Fit" is decided per verification from its bound on what its children may write
-(`trials.write_limit`, which the sandbox enforces): all of it must take at most a quarter of
-what the directory has free and of the host's available memory, since tmpfs pages are
-memory. The sandbox's own limit on a child's writes is a quarter of the free space where it
-writes (`sandbox.write_limit`), so a verification placed here never meets that limit before
-its own. Anything larger goes to the temp directory, on disk.
+"Fit" is decided per verification from what its children write when the kernel passes
+(`trials.exchange_bytes`): all of it must take at most a quarter of what the directory has
+free and, on a tmpfs, of the host's available memory, since tmpfs pages are memory. A
+child's own write limit is the smaller of `trials.write_limit` (8 bytes an element) and a
+quarter of the free space where it writes (`sandbox.write_limit`), so a passing kernel
+never meets it here. Anything larger goes to the temp directory, on disk.
 
 A directory in memory is reached through a link in the temp directory with the name it
 would have had there, and that name is the only one the parent hands on: requests, the
@@ -46,8 +46,9 @@ _setting = "auto"
 
 
 def configure(setting: str) -> None:
-    """Set the process-wide choice (`Settings.scratch_dir`; the CLI, the runner and the MCP
-    server call `isolation.configure_from`, which calls this)."""
+    """Set the process-wide choice (`Settings.scratch_dir`; `isolation.configure_from`
+    calls this at the edges: `nkibot convert`, `nkibot verify`, the runner, doctor).
+    Elsewhere the default, "auto", holds."""
     global _setting
     _setting = setting
 
@@ -130,7 +131,7 @@ def is_tmpfs(path: Path) -> bool:
             continue
         point = fields[1].replace("\\040", " ")
         inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) > best:
+        if inside and len(point) >= best:  # the later of two mounts on one point is seen
             best, kind = len(point), fields[2]
     return kind == "tmpfs"
 
