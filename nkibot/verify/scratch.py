@@ -59,20 +59,19 @@ def temporary(prefix: str, nbytes: int) -> Iterator[Path]:
     memory when they fit (`place`), reached through a link in the temp directory; else a
     plain one there."""
     root = place(nbytes)
-    real = Path(tempfile.mkdtemp(prefix=prefix, dir=root)) if root is not None else None
-    link = _link(real, prefix) if real is not None else None
-    if real is not None and link is None:  # no link could be made: the temp directory
-        shutil.rmtree(real, ignore_errors=True)
-    if link is None:
-        with tempfile.TemporaryDirectory(prefix=prefix) as plain:
-            yield Path(plain)
-        return
-    assert real is not None
-    try:
-        yield link
-    finally:
-        link.unlink(missing_ok=True)
-        shutil.rmtree(real, ignore_errors=True)
+    if root is not None:
+        real = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        link = _link(real, prefix)
+        if link is not None:
+            try:
+                yield link
+            finally:
+                link.unlink(missing_ok=True)
+                shutil.rmtree(real, ignore_errors=True)
+            return
+        shutil.rmtree(real, ignore_errors=True)  # no link could be made: the temp directory
+    with tempfile.TemporaryDirectory(prefix=prefix) as plain:
+        yield Path(plain)
 
 
 def _link(real: Path, prefix: str) -> Path | None:
@@ -93,14 +92,15 @@ def _link(real: Path, prefix: str) -> Path | None:
 def place(nbytes: int) -> str | None:
     """The directory to make a temporary directory in, for files of at most `nbytes` in
     all; None: the temp directory (`tempfile`'s default)."""
-    root = _root(_setting)
-    if root is None:
+    found = _root(_setting)
+    if found is None:
         return None
+    root, tmpfs = found
     try:
         free = shutil.disk_usage(root).free
     except OSError:
         return None
-    limit = min(free, available_memory()) if is_tmpfs(root) else free
+    limit = min(free, available_memory()) if tmpfs else free
     return str(root) if fits(nbytes, limit) else None
 
 
@@ -109,13 +109,16 @@ def fits(nbytes: int, free: int) -> bool:
     return 0 <= nbytes <= free // SHARE
 
 
-def _root(setting: str) -> Path | None:
+def _root(setting: str) -> tuple[Path, bool] | None:
+    """The directory the setting names, and whether it is a tmpfs (the mount table read
+    once); None when there is none to use."""
     if not setting:
         return None
     root = SHARED_MEMORY if setting == "auto" else Path(setting)
-    if setting == "auto" and not is_tmpfs(root):
+    tmpfs = is_tmpfs(root)
+    if setting == "auto" and not tmpfs:
         return None
-    return root if root.is_dir() and os.access(root, os.W_OK | os.X_OK) else None
+    return (root, tmpfs) if root.is_dir() and os.access(root, os.W_OK | os.X_OK) else None
 
 
 def is_tmpfs(path: Path) -> bool:

@@ -113,11 +113,15 @@ def _complete(seen: Observed, count: int) -> bool:
         "error")
 
 
+#: Room for one .npy file's header, in every size bound below.
+_HEADER = 4096
+
+
 def _max_bytes(reference: ReferenceSet) -> int:
     """The most bytes an output file may have: the largest expected output at 8 bytes per
     element (a float64 answer), plus room for the header."""
     sizes = [math.prod(d["shape"]) for t in reference.trials for d in t.expected]
-    return 8 * max(sizes, default=0) + 4096
+    return 8 * max(sizes, default=0) + _HEADER
 
 
 def write_limit(reference: ReferenceSet) -> int:
@@ -126,7 +130,7 @@ def write_limit(reference: ReferenceSet) -> int:
     a header. The sandbox stops a child that writes more (`Confinement.write_limit`), and
     the parent refuses a directory holding more before reading any of it."""
     files = [d for t in reference.trials for d in [*t.expected, *t.inputs, *reference.state]]
-    return sum(8 * math.prod(d["shape"]) + 4096 for d in files) + 1024 * 1024
+    return sum(8 * math.prod(d["shape"]) + _HEADER for d in files) + 1024 * 1024
 
 
 def exchange_bytes(reference: ReferenceSet) -> int:
@@ -140,7 +144,7 @@ def exchange_bytes(reference: ReferenceSet) -> int:
         total += sum(math.prod(d["shape"]) * _itemsize(native) for d, native in outs)
         total += sum(math.prod(d["shape"]) * _itemsize(d["dtype"])
                      for d in [*t.inputs, *reference.state])
-        total += 4096 * (len(t.expected) + len(t.inputs) + len(reference.state))
+        total += _HEADER * (len(t.expected) + len(t.inputs) + len(reference.state))
     return total
 
 

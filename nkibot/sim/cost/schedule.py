@@ -45,7 +45,8 @@ DMA_GAPS_KEPT = 256
 #: A strided view's pattern, for `_disjoint`: (((stride, extent), ...) over its dims of
 #: extent > 1, outermost first, itemsize), and the byte offset of its lowest element.
 #: None when the strides do not nest (each stride at least the span of those inside it).
-Lattice = tuple[tuple[tuple[tuple[int, int], ...], int], int] | None
+Pattern = tuple[tuple[tuple[int, int], ...], int]
+Lattice = tuple[Pattern, int] | None
 #: partitions p0..p1 and bytes b0..b1 (within a partition on chip), and the lattice
 Region = tuple[int, int, int, int, Lattice]
 #: (entries of a tile, the region accessed, is_write, the tile is on chip)
@@ -73,21 +74,14 @@ def _address(arr: np.ndarray[Any, Any]) -> int:
     return data or 0
 
 
-def _lattice(arr: np.ndarray[Any, Any], first: int, off: int) -> Lattice:
-    """The pattern of `arr`'s dims from `first` on (on chip: the free dims), its first
-    element at byte `off`; None when its strides do not nest."""
-    pattern, low = _shape_facts(arr.shape, arr.strides, arr.itemsize, first)[1:]
-    return None if pattern is None else (pattern, off + low)
-
-
 #: (shape, strides, itemsize, first) -> `_shape_facts`: views of one shape and strides
 #: recur at every loop iteration, so their geometry is worked out once per process.
-_FACTS: dict[tuple[Any, ...], tuple[int, Any, int]] = {}
+_FACTS: dict[tuple[Any, ...], tuple[int, Pattern | None, int]] = {}
 _FACTS_KEPT = 4096
 
 
 def _shape_facts(shape: tuple[int, ...], strides: tuple[int, ...], item: int, first: int
-                 ) -> tuple[int, Any, int]:
+                 ) -> tuple[int, Pattern | None, int]:
     """(bytes spanned by the dims from `first` on, minus one element's; their nesting
     pattern, or None when the strides do not nest; the offset of their lowest element
     from the first one's, below zero for reversed dims)."""
@@ -100,7 +94,7 @@ def _shape_facts(shape: tuple[int, ...], strides: tuple[int, ...], item: int, fi
     dims = sorted(((abs(s), n) for s, n in moving), reverse=True)
     low = sum(s * (n - 1) for s, n in moving if s < 0)  # a reversed dim's lowest end
     inner = item
-    pattern: tuple[tuple[tuple[int, int], ...], int] | None = (tuple(dims), item)
+    pattern: Pattern | None = (tuple(dims), item)
     for s, n in reversed(dims):
         if s < inner:
             pattern = None

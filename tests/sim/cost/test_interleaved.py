@@ -19,7 +19,7 @@ import pytest
 
 from nkibot.sim import activate
 from nkibot.sim.cost import estimate
-from nkibot.sim.cost.schedule import _disjoint, _lattice
+from nkibot.sim.cost.schedule import _disjoint, _Tile
 from tests.sim.sim_helpers import load_module
 
 HERE = Path(__file__).resolve().parent
@@ -42,9 +42,9 @@ def test_interleaved_stores_overlap_in_time(k: ModuleType) -> None:
 
 
 def _view(arr: np.ndarray, key: tuple[slice, ...]) -> tuple[object, ...]:
-    v = arr[key]
-    off = v.__array_interface__["data"][0] - arr.__array_interface__["data"][0]
-    return _lattice(v, 0, off)
+    """The stride pattern the recorder gives a view of HBM tensor `arr` (its region's last
+    entry)."""
+    return _Tile(arr, on_chip=False).region(arr[key])[4]  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize(("a", "b", "disjoint"), [
@@ -76,4 +76,4 @@ def test_views_of_different_patterns_fall_back_to_their_ranges() -> None:
     other = _view(arr, (slice(0, 32), slice(4, 8), slice(0, 126)))
     assert not _disjoint(band, other)  # type: ignore[arg-type]
     # a broadcast (stride 0) does not nest: no pattern, ranges decide
-    assert _lattice(np.broadcast_to(arr[0:1], (4, 32, 126)), 0, 0) is None
+    assert _Tile(arr, on_chip=False).region(np.broadcast_to(arr[0:1], (4, 32, 126)))[4] is None
