@@ -69,6 +69,13 @@ CONVS = {
     "banded2d": ("nn.Conv2d(3, 8, 5, stride=2, padding=3)", (1, 3, 190, 181)),
     "banded3d": ("nn.Conv3d(2, 4, 3, padding=1)", (1, 2, 20, 60, 30)),
     "banded_tconv2d": ("nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1)", (1, 2, 90, 100)),
+    # unpadded planes over the budget: each band's blocks one contiguous run a partition,
+    # only the rows their windows read (convslab.flat); strided and dilated, 3-D, and a
+    # partial fold whose base taps of dim 0 read past a block's own rows
+    "banded2d_flat": ("nn.Conv2d(8, 16, 3)", (1, 8, 130, 260)),
+    "banded2d_flat_strided": ("nn.Conv2d(3, 8, 3, stride=2, dilation=2)", (1, 3, 250, 250)),
+    "banded3d_flat": ("nn.Conv3d(2, 4, 3)", (1, 2, 12, 50, 60)),
+    "banded2d_flat_partial": ("nn.Conv2d(48, 8, 3)", (1, 48, 150, 220)),
     # one output row of dim 0 over the budget too: bands of rows of dim 1 as well (3 x 102 x
     # 112 plane rows; bands of 52 and a ragged 48 rows of dim 1), as KernelBench level 2 43
     # and 13 (transposed, stride 1)
@@ -185,6 +192,30 @@ class TestConvSource:
         lowered = lower_ok(conv_task("banded3d_cin3"))
         assert "def conv_band" in lowered.source and "w_sb[0:81," in lowered.source
 
+
+    def test_unpadded_band_loads_each_block_as_one_run(self) -> None:
+        """An unpadded plane over the budget: each block of a band is one DMA of the flat
+        input from its shift on, holding only the rows the band's windows read (32 output
+        rows of a 3 x 3 conv: 32, not 34), and a tile spans 4 PSUM banks."""
+        source = lower_ok(conv_task("banded2d_flat")).source
+        band = source.split("def conv_band(")[1].split("\ndef ")[0]
+        assert "each block one contiguous run a partition" in band
+        assert "x_sb = nl.ndarray((72, 32, 260)" in band
+        assert band.count("nisa.dma_copy(") == 9 and "memset" not in band
+        assert "src=x_f[n, g, 0:8, i0 * 260 + 1:(i0 + icount) * 260]" in band
+        assert "4 PSUM banks a tile" in source
+
+    def test_partial_fold_band_holds_the_halo_its_base_taps_read(self) -> None:
+        """48 channels fold 2 of dim 0's 3 taps (ragged): base taps 0 and 2 of dim 0 read
+        shifted windows, so each block holds 2 rows past the band's own."""
+        source = lower_ok(conv_task("banded2d_flat_partial")).source
+        band = source.split("def conv_band(")[1].split("\ndef ")[0]
+        assert "each block one contiguous run a partition" in band
+        assert "w_sb[0:96," in source and "w_sb[0:48," in source  # the ragged last base tap
+        own = re.search(r"Output rows z0..z0\+(\d+),", band)
+        rows = re.search(r"x_sb = nl.ndarray\(\(96, (\d+), 220\)", band)
+        assert own is not None and rows is not None
+        assert int(rows.group(1)) == int(own.group(1)) + 2
 
     @pytest.mark.parametrize("name", ["banded3d_two_dims", "banded_tconv3d_two_dims"])
     def test_one_output_row_over_the_budget_bands_dim_1_too(self, name: str) -> None:
@@ -322,9 +353,10 @@ class TestConvTail:
         # a tensor of the output's shape (a second input) and GELU
         ("        self.conv = nn.Conv2d(3, 5, 3)",
          "F.gelu(self.conv(x) + y) * torch.sigmoid(y)", [(2, 3, 9, 9), (2, 5, 7, 7)]),
-        # a 3-D conv with groups, Mish written as PyTorch has it
+        # a 3-D conv with groups, Mish written as PyTorch has it (on the eviction, the
+        # Tanh a step after it, the scale the tail)
         ("        self.conv = nn.Conv3d(4, 6, 3, groups=2)",
-         "torch.tanh(F.mish(self.conv(x)))", [(1, 4, 6, 7, 5)]),
+         "torch.tanh(F.mish(self.conv(x))) * 2.0", [(1, 4, 6, 7, 5)]),
         # a 1-D conv, where(...) on a comparison
         ("        self.conv = nn.Conv1d(3, 7, 5, padding=2)",
          "(lambda y: torch.where(y > 0, y, y * 0.2))(self.conv(x)) - 0.5",
@@ -337,6 +369,37 @@ class TestConvTail:
         lowered = lower_ok(task)
         assert lowered.plan == [], lowered.plan
         assert "def conv_tail(" in lowered.source and "buffer=nl.hbm" not in lowered.source
+        check_on_sim(task)
+
+    def test_tail_constants_are_built_once(self) -> None:
+        """HardSwish's 0.5 bias column is filled once in the kernel body and passed down:
+        filled per tile, it was a Vector Engine instruction each tile's activation waited
+        for behind the previous tile's Vector work (level 2 57: 1,128 -> 1,069 us)."""
+        init = "        self.conv = nn.Conv2d(4, 8, 3)"
+        task = make_task(module_source(
+            "(lambda y: y * torch.clamp((y + 3) / 6, 0, 1))(torch.relu(self.conv(x)))",
+            init=init), [(2, 4, 10, 9)])
+        source = lower_ok(task).source
+        body = source.split("def model_kernel(")[1]
+        assert "bias = nl.full((128, 1), 0.5, dtype=nl.float32, buffer=nl.sbuf)" in body
+        assert body.index("nl.full(") < body.index("for n in")
+        tail = source.split("def conv_tail(")[1].split("\ndef ")[0]
+        assert tail.startswith("t, bias, ") and "bias=bias[0:p, 0:1]" in tail
+        assert "nl.full((p, 1)" not in source
+        check_on_sim(task)
+
+    def test_any_activation_rides_on_the_eviction_and_steps_write_new_tiles(self) -> None:
+        """Mish (any Scalar Engine activation function) is the eviction's own; the Tanh
+        after it writes a tile of its own: in place, the evicted tile would stay live
+        until the store and hold up the next tile's eviction (level 2 47)."""
+        init = "        self.conv = nn.Conv3d(4, 6, 3)"
+        task = make_task(module_source("torch.tanh(F.mish(self.conv(x)))", init=init),
+                         [(1, 4, 6, 7, 5)])
+        source = lower_ok(task).source
+        tile = source.split("def conv_tile(")[1].split("\ndef ")[0]
+        assert "op=nl.mish, data=acc" in tile and "def conv_tail(" not in source
+        assert "st = nl.ndarray(res.shape, dtype=res.dtype, buffer=nl.sbuf)" in tile
+        assert "nisa.activation(dst=st, op=nl.tanh, data=res)" in tile
         check_on_sim(task)
 
     def test_the_staged_tail_is_a_variant(self) -> None:

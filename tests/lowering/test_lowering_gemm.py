@@ -198,9 +198,10 @@ class TestChooser:
                 <= matmulblock.LIVE_BUDGET)
 
     def test_rows_broadcast_once_count_against_the_panel(self) -> None:
-        """At K = 6144 no blocks fit, and B's [K, 512] panel (96 KiB) fits the panel budget
-        alone but not beside the same five rows (80 KiB): the streamed form runs. The
-        panel's kernel failed on the simulator with sbuf-capacity."""
+        """At K = 6144 no blocks fit, and B's whole [K, 512] panel (96 KiB) fits the panel
+        budget alone but not beside the same five rows (80 KiB); with 2 row tiles the K-outer
+        form holds only one K step of the panel (8 KiB), so it runs, within SBUF on the
+        simulator (a whole panel there failed with sbuf-capacity)."""
         source = module_source(
             "self.bn(self.fc(x) * self.scale)",
             init="        self.fc = nn.Linear(6144, 4096)\n"
@@ -209,7 +210,11 @@ class TestChooser:
         task = make_task(source, [(256, 6144)])
         lowered = lower_ok(task)
         _check(task, lowered.source, lowered.function)
-        assert "# tiling: stream" in lowered.source
+        assert "# tiling: b-panel" in lowered.source and "def matmul_kouter(" in lowered.source
+        assert "b_sb = nl.ndarray((128, 4, q)" in lowered.source
+        # a step is 512 K rows: A's and B's rows come in 2 KiB runs, not 512 B
+        assert "k * 512, 512)" in lowered.source
+        assert "a_blk = nl.load(a_v[ga, nl.ds(m0, p), nl.ds(k0, ksz)]" in lowered.source
 
     def test_two_chained_linears_over_a_long_k_run_on_the_simulator(self) -> None:
         source = module_source(

@@ -107,6 +107,9 @@ class TileEmitter:
     need_total: Callable[[str], str] | None = None
     #: The kernel body, where constants shared by every tile (a full iota) are built once.
     hoist: Block | None = None
+    #: Where constant [128, 1] columns (an activation's bias) are built once, when not
+    #: `hoist`: a block the caller places in the kernel body (a conv tail's)
+    consts_at: Block | None = None
     #: modelled ns per element of the passes given to each engine so far (fused.pick)
     busy: dict[str, float] = field(default_factory=lambda: {"vector": 0.0, "scalar": 0.0})
     consts: dict[str, str] = field(default_factory=dict)  # [p, 1] bias tiles, negated rows

@@ -36,6 +36,8 @@ from nkibot.sim.cost.quick import SBUF_BYTES
 
 NMAX = 512  # gemm_moving_fmax: one PSUM bank of fp32
 K_OUTER_TILES = 4  # up to this many M tiles accumulate side by side (one PSUM bank each)
+#: K rows a step of the K-outer form brings in (rows of 2 KiB fp32 a DMA, not 512 B)
+K_OUTER_STEP = 4 * PMAX
 #: K elements of a transposed B's rows one DMA brings in the A-resident form (8 KiB fp32 a
 #: partition): each transfer's fixed latency is paid once per 16 blocks, not per block.
 K_CHUNK = 2048
@@ -114,7 +116,8 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
         return
     if row_reduced and b.transposed and n > PMAX:
         forced = "b-panel"  # a streamed transposed B gives 128-column tiles: too narrow
-    candidates = _tiling(a, b, groups * rows, k, n, itemsize, single=groups == 1)
+    candidates = _tiling(a, b, groups * rows, k, n, itemsize, single=groups == 1,
+                         k_outer=-(-rows // PMAX) <= K_OUTER_TILES)
     plan = choose(candidates, PANEL_BUDGET - held, forced=forced)
     if row_reduced and b.transposed and n > PMAX and plan.name != "b-panel":
         raise LayoutError(f"row reductions after a matmul: B's [K, {n}] panel exceeds SBUF")
@@ -133,7 +136,7 @@ def emit_matmul(res: Resolved, outputs: list[Output], kernel: Kernel) -> None:
     tile_fn, store_fn, params, _ = _emit_tile_helper(kernel, res, pl, mm.name, outputs[0], block_fn,
                                                   k, rows, (ga > 1, gb > 1), k_outer,
                                                   K_CHUNK if resident and b.transposed else PMAX,
-                                                  n_tile)
+                                                  n_tile, panel)
     body = kernel.body
     if panel:
         load_fn = _emit_panel_loader(kernel, b, compute)
@@ -197,7 +200,7 @@ def _emit_blocked(kernel: Kernel, res: Resolved, out: tuple[Placement, str, Outp
 
 
 def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int,
-            itemsize: int, single: bool = False) -> list[Candidate]:
+            itemsize: int, single: bool = False, k_outer: bool = False) -> list[Candidate]:
     """Stream both operands per output tile, or keep B's [K, 512] panel resident (a
     transposed B is transposed once into it, 128 columns at a time, so A's blocks are
     transposed once per 512 output columns, not once per 128), or, when A is one row tile
@@ -213,9 +216,10 @@ def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int,
         if name == "stream":
             out.append(Candidate(name, a_bytes * n_tiles + b_bytes * m_tiles,
                                  a_transposes + b_blocks * m_tiles, 3 * NMAX * 4))
-        else:
+        else:  # the K-outer form (few row tiles) keeps one K block of the panel a step
+            held = 2 * K_OUTER_STEP // PMAX if k_outer else k_tiles
             out.append(Candidate(name, a_bytes * n_tiles + b_bytes, a_transposes + b_blocks,
-                                 k_tiles * min(n, n_tile) * itemsize + 2 * NMAX * 4))
+                                 held * min(n, n_tile) * itemsize + 2 * NMAX * 4))
     if single and m <= PMAX:
         out.append(Candidate("a-resident", a_bytes + b_bytes,
                              (0 if a.transposed else k_tiles) + b_blocks,
@@ -258,7 +262,8 @@ def _emit_panel_helper(kernel: Kernel, load_fn: str, k: int, rows: int, compute:
     gb = "g" if batched_b else "0"
     k_tiles = -(-k // PMAX)
     blk.line(f"b_sb = nl.ndarray(({PMAX}, {k_tiles}, q), dtype={compute}, buffer=nl.sbuf)")
-    emit_grid(blk, [Axis("k", k, PMAX)], f"{load_fn}(b_sb, b_v, {gb}, c0, q, {{k0}}, {{ksz}})",
+    emit_grid(blk, [Axis("k", k, PMAX)],
+              f"{load_fn}(b_sb, b_v, {gb}, c0, q, {{k0}}, {{ksz}}, {{k0}} // {PMAX})",
               "affine_range")
     blk.comment("every M tile reuses the resident panel")
     emit_grid(blk, [Axis("m", rows, PMAX)],
@@ -276,18 +281,23 @@ def _emit_panel_loader(kernel: Kernel, b: LeafView, compute: str) -> str:
     lb = Block(depth=1)
     if b.transposed:
         lb.comment("B is stored transposed ([N, K]): transpose its blocks once, into the panel, "
-                   f"{PMAX} columns at a time")
+                   f"{PMAX} columns at a time (rows of ksz elements a DMA)")
         lb.line(f"for j0 in range(0, q, {PMAX}):")
         lb.line(f"    w = min({PMAX}, q - j0)")
         lb.line(f"    b_blk = nl.load(b_v[gb, nl.ds(c0 + j0, w), nl.ds(k0, ksz)], dtype={compute})")
-        lb.line(f"    b_ps = nl.ndarray((ksz, w), dtype={compute}, buffer=nl.psum)")
-        lb.line("    nisa.nc_transpose(b_ps, b_blk)")
-        lb.line(f"    nisa.tensor_copy(b_sb[0:ksz, k0 // {PMAX}, nl.ds(j0, w)], b_ps)")
+        lb.line(f"    for u in range((ksz + {PMAX - 1}) // {PMAX}):")
+        lb.line(f"        h = min({PMAX}, ksz - u * {PMAX})")
+        lb.line(f"        b_ps = nl.ndarray((h, w), dtype={compute}, buffer=nl.psum)")
+        lb.line(f"        nisa.nc_transpose(b_ps, b_blk[0:w, nl.ds(u * {PMAX}, h)])")
+        lb.line("        nisa.tensor_copy(b_sb[0:h, kt + u, nl.ds(j0, w)], b_ps)")
     else:
-        lb.line(f"nisa.dma_copy(dst=b_sb[0:ksz, k0 // {PMAX}, 0:q], "
-                "src=b_v[gb, nl.ds(k0, ksz), nl.ds(c0, q)])")
-    kernel.helpers.append(["def " + load_fn + "(b_sb, b_v, gb, c0, q, k0, ksz):",
-                           '    """K block k0..k0+ksz of B\'s panel at columns c0..c0+q."""',
+        lb.line(f"for u in range((ksz + {PMAX - 1}) // {PMAX}):")
+        lb.line(f"    h = min({PMAX}, ksz - u * {PMAX})")
+        lb.line("    nisa.dma_copy(dst=b_sb[0:h, kt + u, 0:q], "
+                f"src=b_v[gb, nl.ds(k0 + u * {PMAX}, h), nl.ds(c0, q)])")
+    kernel.helpers.append(["def " + load_fn + "(b_sb, b_v, gb, c0, q, k0, ksz, kt):",
+                           '    """K rows k0..k0+ksz of B\'s panel at columns c0..c0+q, into '
+                           'its K tiles kt.."""',
                            *lb.lines])
     return load_fn
 
@@ -295,7 +305,11 @@ def _emit_panel_loader(kernel: Kernel, b: LeafView, compute: str) -> str:
 def _emit_k_outer(kernel: Kernel, sizes: tuple[int, int, str], fns: tuple[str, str, str],
                   params: list[str], batched: tuple[bool, bool]) -> str:
     """Few M tiles: the K loop outside, every M tile's PSUM accumulator live, so each
-    panel block feeds the PE as soon as it lands (loads overlap the matmuls)."""
+    panel block feeds the PE as soon as it lands (loads overlap the matmuls). Every row
+    tile reads a K block as soon as it is loaded, so no step keeps it: each step loads its
+    own [K block, q] tile, and the form's SBUF does not grow with K (level 2 28, K = 8192:
+    a whole [K, 512] panel did not fit, and the streamed form loaded B and A 4 and 32
+    times over)."""
     k, rows, compute = sizes
     block_fn, load_fn, store = fns
     fn, step_fn = kernel.names.fresh("matmul_kouter"), kernel.names.fresh("matmul_kstep")
@@ -303,22 +317,22 @@ def _emit_k_outer(kernel: Kernel, sizes: tuple[int, int, str], fns: tuple[str, s
     tiles = [(m0, min(PMAX, rows - m0)) for m0 in range(0, rows, PMAX)]
     accs = ", ".join(f"acc{j}" for j in range(len(tiles)))
     blk = Block(depth=1)
-    blk.line(f"b_sb = nl.ndarray(({PMAX}, {-(-k // PMAX)}, q), dtype={compute}, "
-              "buffer=nl.sbuf)")
     for j, (_m0, p) in enumerate(tiles):
         blk.line(f"acc{j} = nl.ndarray(({p}, q), dtype=nl.float32, buffer=nl.psum)")
-    emit_grid(blk, [Axis("k", k, PMAX)],
-              f"{step_fn}(a_v, b_v, b_sb, {accs}, g, c0, q, {{k0}}, {{ksz}})", "affine_range")
+    emit_grid(blk, [Axis("k", k, K_OUTER_STEP)],
+              f"{step_fn}(a_v, b_v, {accs}, g, c0, q, {{k0}}, {{ksz}})", "affine_range")
     for j, (m0, p) in enumerate(tiles):
         blk.line(f"{store}(acc{j}, {', '.join(params)}, g, {m0}, {p}, c0, q)")
     kernel.helpers.append([f"def {fn}(a_v, b_v, {', '.join(params)}, g, c0, q):",
                            f'    """Output columns c0..c0+q, all {len(tiles)} row tiles at once: '
                            'K blocks outside."""', *blk.lines])
     sb = Block(depth=1)
-    sb.line(f"{load_fn}(b_sb, b_v, {gb}, c0, q, k0, ksz)")
+    sb.line(f"b_sb = nl.ndarray(({PMAX}, {K_OUTER_STEP // PMAX}, q), dtype={compute}, "
+            "buffer=nl.sbuf)")
+    sb.line(f"{load_fn}(b_sb, b_v, {gb}, c0, q, k0, ksz, 0)")
     for j, (m0, p) in enumerate(tiles):
-        sb.line(f"{block_fn}(acc{j}, a_v, b_sb, {ga}, {gb}, {m0}, {p}, c0, q, k0, ksz)")
-    kernel.helpers.append([f"def {step_fn}(a_v, b_v, b_sb, {accs}, g, c0, q, k0, ksz):",
+        sb.line(f"{block_fn}(acc{j}, a_v, b_sb, {ga}, {gb}, {m0}, {p}, c0, q, k0, ksz, 0)")
+    kernel.helpers.append([f"def {step_fn}(a_v, b_v, {accs}, g, c0, q, k0, ksz):",
                            '    """K block k0..k0+ksz: its panel block, then every row tile\'s '
                            'matmul."""', *sb.lines])
     return fn
@@ -357,6 +371,13 @@ def _emit_block_helper(kernel: Kernel, a: LeafView, b: LeafView, compute: str,
             '    """K rows k0..k0+ksz of the [p, q] output tile at rows m0, columns c0."""',
             *blk.lines])
         return fn
+    if panel:
+        _panel_block(blk, a, compute)
+        kernel.helpers.append([
+            f"def {fn}(acc, a_v, b_v, ga, gb, m0, p, c0, q, k0, ksz, kt):",
+            '    """K rows k0..k0+ksz (K tiles kt.. of the panel b_v) of the [p, q] output '
+            'tile at rows m0, columns c0."""', *blk.lines])
+        return fn
     if resident:
         blk.comment("A's block comes from the resident tile (a_v is A's [K, rows] tile here)")
         blk.line(f"a_t = a_v[0:ksz, k0 // {PMAX}, nl.ds(m0, p)]")
@@ -368,10 +389,7 @@ def _emit_block_helper(kernel: Kernel, a: LeafView, b: LeafView, compute: str,
         blk.comment("stationary operand: A block [p, ksz] transposed to [ksz, p] on the PE")
         blk.line(f"a_blk = nl.load(a_v[ga, nl.ds(m0, p), nl.ds(k0, ksz)], dtype={compute})")
         _transpose(blk, "a_blk", "a_t", "ksz", "p", compute)
-    if panel:
-        blk.comment("B's block comes from the resident panel (b_v is the panel here)")
-        blk.line(f"b_t = b_v[0:ksz, k0 // {PMAX}, 0:q]")
-    elif b.transposed:
+    if b.transposed:
         blk.comment("B is stored transposed ([N, K], e.g. an nn.Linear weight): transpose it")
         blk.line(f"b_blk = nl.load(b_v[gb, nl.ds(c0, q), nl.ds(k0, ksz)], dtype={compute})")
         _transpose(blk, "b_blk", "b_t", "ksz", "q", compute)
@@ -430,6 +448,28 @@ def _emit_flip_helper(kernel: Kernel, compute: str) -> str:
     return fn
 
 
+def _panel_block(blk: Block, a: LeafView, compute: str) -> None:
+    """A's [p, ksz] rows (one DMA; ksz a K step, up to K_OUTER_STEP) against the panel's K
+    tiles, one 128-row block a matmul."""
+    if not a.transposed:
+        blk.comment("stationary operand: A's rows [p, ksz] in one DMA, each 128-column block "
+                    "transposed to [128, p] on the PE")
+        blk.line(f"a_blk = nl.load(a_v[ga, nl.ds(m0, p), nl.ds(k0, ksz)], dtype={compute})")
+    else:
+        blk.comment("A is stored transposed: its [K, M] blocks are already the stationary operand")
+    blk.line(f"for u in range((ksz + {PMAX - 1}) // {PMAX}):")
+    blk.indent()
+    blk.line(f"h = min({PMAX}, ksz - u * {PMAX})")
+    if a.transposed:
+        blk.line(f"a_t = nl.load(a_v[ga, nl.ds(k0 + u * {PMAX}, h), nl.ds(m0, p)], "
+                 f"dtype={compute})")
+    else:
+        _transpose(blk, f"a_blk[0:p, nl.ds(u * {PMAX}, h)]", "a_t", "h", "p", compute)
+    blk.comment("acc[p, q] += a_t.T @ b_t (accumulates in PSUM over the K blocks)")
+    blk.line("nisa.nc_matmul(acc, a_t, b_v[0:h, kt + u, 0:q])")
+    blk.dedent()
+
+
 def _transpose(blk: Block, src: str, dst: str, rows: str, cols: str, dtype: str) -> None:
     blk.line(f"{dst}_ps = nl.ndarray(({rows}, {cols}), dtype={dtype}, buffer=nl.psum)")
     blk.line(f"nisa.nc_transpose({dst}_ps, {src})")
@@ -440,13 +480,15 @@ def _transpose(blk: Block, src: str, dst: str, rows: str, cols: str, dtype: str)
 def _emit_tile_helper(kernel: Kernel, res: Resolved, pl: object, mm: str, out: Output,
                       block_fn: str, k: int, rows: int,
                       batched: tuple[bool, bool], k_outer: bool, k_step: int = PMAX,
-                      n_tile: int = NMAX) -> tuple[str, str, list[str], bool]:
+                      n_tile: int = NMAX, panel: bool = False
+                      ) -> tuple[str, str, list[str], bool]:
     fn = kernel.names.fresh("matmul_tile")
     store_fn = kernel.names.fresh("matmul_store")
     ga, gb = ("g" if batched[0] else "0"), ("g" if batched[1] else "0")
     tb = Block(depth=1)
     tb.line("acc = nl.ndarray((p, q), dtype=nl.float32, buffer=nl.psum)")
-    call = f"{block_fn}(acc, a_v, b_v, {ga}, {gb}, m0, p, c0, q, {{k0}}, {{ksz}})"
+    kt = f", {{k0}} // {PMAX}" if panel else ""
+    call = f"{block_fn}(acc, a_v, b_v, {ga}, {gb}, m0, p, c0, q, {{k0}}, {{ksz}}{kt})"
     emit_grid(tb, [Axis("k", k, k_step)], call, "affine_range")
     blk = Block(depth=1)
     blk.line(f"r0 = g * {rows} + m0")

@@ -24,6 +24,9 @@ PLANE_BUDGET = SBUF_BYTES * 5 // 8  # bytes per partition for the resident input
 # tiles wait for all its loads, and by the cost model bands of 8 rows beat bigger ones
 # (KernelBench 54: 0.207 at 8 rows, 0.149 at 26; model estimate trn1)
 BAND_ROWS = 8
+#: ... when each block loads only the rows it reads (`convslab.flat`): no halo to amortise,
+#: and longer runs a DMA (level 2 54: 0.506 at 8 rows, 0.510 at 16, 0.511 at 32)
+FLAT_BAND_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,8 @@ def tile_sizes(spec: ConvSpec, banks: Banks | None) -> tuple[int, ...]:
     return (*tiles[:k], min(n * rows, spec.dims[k].size_out), *tiles[k + 1:])
 
 
-def check(spec: ConvSpec, dtype: str) -> tuple[tuple[int, int], ...] | None:
+def check(spec: ConvSpec, dtype: str, band_rows: int = BAND_ROWS
+          ) -> tuple[tuple[int, int], ...] | None:
     """None when the whole plane fits SBUF, else the slabs: per banded leading dim, (output
     rows per band, per tile). One banded dim when a band of dim 0 with the full extent of the
     others fits; else two, a band of rows of dim 1 too (a 3-D conv with large H x W planes)."""
@@ -169,7 +173,7 @@ def check(spec: ConvSpec, dtype: str) -> tuple[tuple[int, int], ...] | None:
                           f"SBUF budget ({PLANE_BUDGET // 1024} KiB) even one output row at a "
                           "time")
     rows = t0
-    while rows + t0 <= min(d0.size_out, BAND_ROWS) and slab_rows(d0, rows + t0) * rest <= room:
+    while rows + t0 <= min(d0.size_out, band_rows) and slab_rows(d0, rows + t0) * rest <= room:
         rows += t0
     return ((rows, t0),)
 

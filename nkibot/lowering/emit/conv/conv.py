@@ -47,6 +47,7 @@ from nkibot.lowering.frontend.ir import Op, Ref
 from nkibot.lowering.schedule import bandfold, convfold, phasefold
 from nkibot.lowering.schedule.convfold import Fold, grouped
 from nkibot.lowering.schedule.convspec import (
+    FLAT_BAND_ROWS,
     PLANE_BUDGET,
     Banks,
     ConvSpec,
@@ -244,6 +245,10 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
                               "group (staged instead)")
         extra += ("part",)
     banks = bank_split(spec) if slab is None and fold.rows == 1 and fused is None else None
+    if slab is not None and windows is None and convslab.flat(spec, fold, len(slab)):
+        slab = check(spec, x_dtype, FLAT_BAND_ROWS) or slab
+    if slab is not None and fold.rows == 1 and fused is None:
+        slab, banks = _slab_banks(spec, slab)
     tile_fn = _emit_tile_helper(kernel, spec, bias is not None, out.dtype,
                                 (slab, fold), epi, (extra, tail), fused, banks)
     pair = epi is not None and epi.pair
@@ -255,6 +260,21 @@ def _emit_one(res: Resolved, op: Op, kernel: Kernel, x: str, x_shape: tuple[int,
     else:
         _emit_body(kernel, spec, x, w, bias, out, {(): tile_fn}, compute, None, fold, pair,
                    (resid, extra), fused, banks=banks)
+
+
+def _slab_banks(spec: ConvSpec, slab: convslab.Slab) -> tuple[convslab.Slab, Banks | None]:
+    """A band's tiles span PSUM banks as a plane's do (`bank_split`), when a band of dim 0
+    alone holds several tiles' rows and dim 0 is the one a tile covers in part: the slab's
+    tile grows to the banks' rows. Level 2 54 stored 2-row tiles (runs of 2 KiB) and
+    evicted each with its own instructions."""
+    split = bank_split(spec)
+    if len(slab) != 1 or split is None or split[0] != 0:
+        return slab, None
+    rows, tile = slab[0]
+    n = min(split[2], rows // tile)
+    if n < 2:
+        return slab, None
+    return ((rows, n * tile),), (0, tile, n)
 
 
 def _emit_tile_grid(body: Block, spec: ConvSpec, fold: Fold, has_bias: bool,

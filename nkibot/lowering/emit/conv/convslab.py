@@ -12,6 +12,7 @@ shift u of the fold, (first input row, count, slab row) as a tuple (`rows` for d
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 
 from nkibot.lowering.emit.builder import PMAX, Axis, Block, emit_grid
@@ -68,7 +69,8 @@ def emit_bands(body: Block, spec: ConvSpec, slab: Slab, head: str,
         args = []
         for k, (z, size) in enumerate(starts):
             d = spec.dims[k]
-            shifts = [convfold.shifted(band(d, z, size), d, u * d.dil)
+            shifts = [flat_band(d, fold, z, size, u) if flat(spec, fold, len(slab)) else
+                      convfold.shifted(band(d, z, size), d, u * d.dil)
                       for u in range(fold.sizes[k])]
             if k:  # a band of dim 1 wholly in the padding: nothing placed, all zeroed
                 shifts = [s if s[1] > 0 else (s[0], 0, 0) for s in shifts]
@@ -108,6 +110,61 @@ def band(d: Dim, z0: int, zsz: int) -> tuple[int, int, int]:
     first = max(0, -((d.lead - lo) // d.up))
     last = min(d.size_in - 1, (hi - 1 - d.lead) // d.up)
     return first, max(0, last - first + 1), first * d.up + d.lead - lo
+
+
+def flat(spec: ConvSpec, fold: Fold, banded: int) -> bool:
+    """Whether a band loads each block as one contiguous run a partition: one banded dim,
+    no output rows on the stationary side, and every block's input unpadded and not
+    zero-inserted, so that block u is the flat input from its shift on, as
+    `convload.emit_plane` loads a whole plane (a band of rows is a plane of fewer rows).
+    Level 2 54 (Conv2d 8 -> 64 over 256 x 256): row-by-row copies of 1 KiB runs and the
+    halo loaded into every block put its DMA queues at 0.86 of their bandwidth and 1.13
+    times the bytes; flat, 8 KiB runs and only the rows each block's windows read."""
+    if banded != 1 or fold.rows > 1:
+        return False
+    placed = [d.placed() for d in spec.dims]
+    planes = [d.plane for d in spec.dims]
+    return all(convfold.flat_shift(spec.dims, planes, placed, u) is not None
+               for u in fold.offsets())
+
+
+def flat_rows(d: Dim, fold: Fold, rows: int) -> int:
+    """Plane rows of the banded dim a flat band holds per block: those the windows of
+    `rows` output rows read at every base tap of the dim (a block holds the input from its
+    own shift on, so the halo of the taps it stacks is no row of its own)."""
+    return (rows - 1) * d.step + 1 + (fold.outer[0] - 1) * fold.sizes[0] * d.dil
+
+
+def flat_band(d: Dim, fold: Fold, z0: int, rows: int, u: int) -> tuple[int, int, int]:
+    """(first input row, count, slab row 0) of block row shift u in a flat band."""
+    first = z0 * d.step + u * d.dil
+    return first, max(0, min(flat_rows(d, fold, rows), d.size_in - first)), 0
+
+
+def _flat_loads(blk: Block, spec: ConvSpec, fold: Fold, need: int) -> None:
+    """Each block one DMA: rows[u0] of the input from the block's shift on (the positions
+    past a row's shifted edge take the next row's values; no tap reads them)."""
+    cin, rest = spec.cin_g, spec.dims[1:]
+    inner = math.prod(d.size_in for d in rest)
+    blk.comment("each block one contiguous run a partition: the flat input rows from the "
+                "block's shift on (the positions past a row's shifted edge take the next "
+                "row's values; no tap reads them)")
+    blk.line(f"x_flat = x_sb.reshape(({cin * fold.blocks}, {need * inner}))")
+    blk.line(f"x_f = x_v.reshape(({spec.batch}, {spec.groups}, {cin}, "
+             f"{spec.dims[0].size_in * inner}))")
+    placed = [d.placed() for d in rest]
+    planes = [d.plane for d in rest]
+    last = -1
+    for b, u in enumerate(fold.offsets()):
+        off = convfold.flat_shift(rest, planes, placed, u[1:])
+        assert off is not None
+        if u[0] != last:
+            blk.line(f"i0, icount, _ = rows[{u[0]}]")
+            last = u[0]
+        tail = f" - {off}" if off else ""
+        head = f" + {off}" if off else ""
+        blk.line(f"nisa.dma_copy(dst=x_flat[{b * cin}:{(b + 1) * cin}, 0:icount * {inner}{tail}], "
+                 f"src=x_f[n, g, 0:{cin}, i0 * {inner}{head}:(i0 + icount) * {inner}])")
 
 
 def _block(blk: Block, spec: ConvSpec, group: list[tuple[int, tuple[int, ...]]],
@@ -169,10 +226,14 @@ def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: s
     (sizes, tiles), nb = shape, len(shape[0])
     rest = spec.dims[nb:]
     slabs = [slab_rows(d, s) for d, s in zip(spec.dims, sizes, strict=False)]
+    if flat(spec, fold, nb):
+        slabs = [flat_rows(spec.dims[0], fold, sizes[0])]
     plane = ", ".join([*map(str, slabs), *(str(d.plane) for d in rest)])
     blk.line(f"x_sb = nl.ndarray(({spec.cin_g * fold.blocks}, {plane}), dtype={compute}, "
              "buffer=nl.sbuf)")
-    if nb == 1:
+    if flat(spec, fold, nb):
+        _flat_loads(blk, spec, fold, slabs[0])
+    elif nb == 1:
         blk.comment("partition block u: the band shifted left by u * dilation; rows[u0] = "
                     "(first input row, count, band row); what no input covers is zeroed")
     else:
@@ -190,6 +251,8 @@ def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: s
     blocks = list(enumerate(fold.offsets()))
     groups = [[bu] for bu in blocks] if nb == 1 else [
         list(g) for _, g in itertools.groupby(blocks, key=lambda bu: bu[1][:nb])]
+    if flat(spec, fold, nb):
+        groups = []
     for group in groups:
         u = group[0][1]
         for k, v in enumerate(_VARS[:nb]):

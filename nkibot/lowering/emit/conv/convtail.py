@@ -86,13 +86,16 @@ def emit_tail(res: Resolved, kernel: Kernel, conv: Op, chain: list[str], ops: tu
         """One emission of the tail, on copies of the kernel's names and views."""
         names = Names(set(kernel.names.taken) | CONV_NAMES)
         tile = TileEmitter(res, pl, Block(depth=1), names, seed={chain[-1]: "t"},
-                           views=dict(kernel.leaf_views), choices=choices)
+                           views=dict(kernel.leaf_views), choices=choices,
+                           consts_at=Block(depth=kernel.body.depth))
         tile.busy = dict(seeded)
         tile.value(out.name)
         return tile
 
     tile = balanced(emit)
     kernel.leaf_views.update(tile.views)
+    assert tile.consts_at is not None
+    kernel.body.lines += tile.consts_at.lines  # its constant columns, built once
     blk, names, value = tile.block, tile.names, tile.value(out.name)  # value(): memoised
     if value == "t":
         raise LayoutError("an empty tail")
