@@ -216,7 +216,7 @@ def _tiling(a: LeafView, b: LeafView, m: int, k: int, n: int,
         if name == "stream":
             out.append(Candidate(name, a_bytes * n_tiles + b_bytes * m_tiles,
                                  a_transposes + b_blocks * m_tiles, 3 * NMAX * 4))
-        else:  # the K-outer form (few row tiles) keeps one K block of the panel a step
+        else:  # the K-outer form (few row tiles) holds one K step of the panel, two in flight
             held = 2 * K_OUTER_STEP // PMAX if k_outer else k_tiles
             out.append(Candidate(name, a_bytes * n_tiles + b_bytes, a_transposes + b_blocks,
                                  held * min(n, n_tile) * itemsize + 2 * NMAX * 4))

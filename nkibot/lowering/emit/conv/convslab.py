@@ -65,11 +65,12 @@ def emit_bands(body: Block, spec: ConvSpec, slab: Slab, head: str,
     ranges = [[(z, min(rows, d.size_out - z)) for z in range(0, d.size_out, rows)]
               for (rows, _), d in zip(slab, spec.dims, strict=False)]
     column = 0
+    loads_flat = flat(spec, fold, len(slab))
     for starts in itertools.product(*ranges):
         args = []
         for k, (z, size) in enumerate(starts):
             d = spec.dims[k]
-            shifts = [flat_band(d, fold, z, size, u) if flat(spec, fold, len(slab)) else
+            shifts = [flat_band(d, fold, z, size, u) if loads_flat else
                       convfold.shifted(band(d, z, size), d, u * d.dil)
                       for u in range(fold.sizes[k])]
             if k:  # a band of dim 1 wholly in the padding: nothing placed, all zeroed
@@ -216,24 +217,13 @@ def _block(blk: Block, spec: ConvSpec, group: list[tuple[int, tuple[int, ...]]],
         blk.dedent()
 
 
-def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: str,
-            shape: tuple[tuple[int, ...], tuple[int, ...]], fold: Fold,
-            extra: tuple[str, ...], windows: Windows | None = None) -> str:
-    """A band of `shape[0]` output rows of each banded dim from z0 (and y0): load the input
-    rows it reads, then its tiles of `shape[1]` rows."""
-    fn = kernel.names.fresh("conv_band")
-    blk = Block(depth=1)
-    (sizes, tiles), nb = shape, len(shape[0])
+def _slab_loads(blk: Block, spec: ConvSpec, fold: Fold, slabs: list[int], compute: str
+                ) -> None:
+    """Each block's rows of a band (or slab) placed with its margins zeroed, block by block
+    (the band's halo included: `slabs` rows of each banded dim)."""
+    nb = len(slabs)
     rest = spec.dims[nb:]
-    slabs = [slab_rows(d, s) for d, s in zip(spec.dims, sizes, strict=False)]
-    if flat(spec, fold, nb):
-        slabs = [flat_rows(spec.dims[0], fold, sizes[0])]
-    plane = ", ".join([*map(str, slabs), *(str(d.plane) for d in rest)])
-    blk.line(f"x_sb = nl.ndarray(({spec.cin_g * fold.blocks}, {plane}), dtype={compute}, "
-             "buffer=nl.sbuf)")
-    if flat(spec, fold, nb):
-        _flat_loads(blk, spec, fold, slabs[0])
-    elif nb == 1:
+    if nb == 1:
         blk.comment("partition block u: the band shifted left by u * dilation; rows[u0] = "
                     "(first input row, count, band row); what no input covers is zeroed")
     else:
@@ -251,13 +241,32 @@ def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: s
     blocks = list(enumerate(fold.offsets()))
     groups = [[bu] for bu in blocks] if nb == 1 else [
         list(g) for _, g in itertools.groupby(blocks, key=lambda bu: bu[1][:nb])]
-    if flat(spec, fold, nb):
-        groups = []
     for group in groups:
         u = group[0][1]
         for k, v in enumerate(_VARS[:nb]):
             blk.line(f"{v[0]}, {v[1]}, {v[2]} = {v[3]}[{u[k]}]")
         _block(blk, spec, group, slabs, compute)
+
+
+def _helper(kernel: Kernel, spec: ConvSpec, bias: bool, tile_fn: str, compute: str,
+            shape: tuple[tuple[int, ...], tuple[int, ...]], fold: Fold,
+            extra: tuple[str, ...], windows: Windows | None = None) -> str:
+    """A band of `shape[0]` output rows of each banded dim from z0 (and y0): load the input
+    rows it reads, then its tiles of `shape[1]` rows."""
+    fn = kernel.names.fresh("conv_band")
+    blk = Block(depth=1)
+    (sizes, tiles), nb = shape, len(shape[0])
+    rest = spec.dims[nb:]
+    loads_flat = flat(spec, fold, nb)
+    slabs = ([flat_rows(spec.dims[0], fold, sizes[0])] if loads_flat else
+             [slab_rows(d, s) for d, s in zip(spec.dims, sizes, strict=False)])
+    plane = ", ".join([*map(str, slabs), *(str(d.plane) for d in rest)])
+    blk.line(f"x_sb = nl.ndarray(({spec.cin_g * fold.blocks}, {plane}), dtype={compute}, "
+             "buffer=nl.sbuf)")
+    if loads_flat:
+        _flat_loads(blk, spec, fold, slabs[0])
+    else:
+        _slab_loads(blk, spec, fold, slabs, compute)
     sp = [f"s{i}" for i in range(len(spec.dims))]
     starts = ", ".join(band_starts(nb))
     params = "x_sb, w_sb, " + ("b_sb, " if bias else "") + convload.out_views(extra) + (
